@@ -1,0 +1,402 @@
+"""The ``kbpg`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from kbpg.errors import KbpgError
+
+
+def _print_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
+    if not rows:
+        print("(none)")
+        return
+    columns = columns or list(rows[0].keys())
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise KbpgError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from kbpg.client import Client
+
+    return Client(args.dsn)
+
+
+# --- cluster ------------------------------------------------------------------------------
+def cmd_up(args: argparse.Namespace) -> int:
+    from kbpg.cluster import Cluster
+    from kbpg.migrate import migrate
+
+    cluster = Cluster.default()
+    cluster.start()
+    cluster.ensure_database()
+    import psycopg
+
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        migrate(conn)
+    print(f"kbpg is up: {cluster.dsn()}")
+    print(f"  data: {cluster.data}   log: {cluster.log_file}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from kbpg.cluster import Cluster
+
+    cluster = Cluster.default()
+    if not cluster.running():
+        print("kbpg's embedded cluster is not running")
+        return 0
+    cluster.stop()
+    print("stopped")
+    return 0
+
+
+def cmd_dsn(args: argparse.Namespace) -> int:
+    from kbpg.cluster import Cluster
+
+    if args.dsn:
+        print(args.dsn)
+        return 0
+    print(Cluster.default().dsn())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from kbpg.cluster import Cluster
+    from kbpg.db import connect, resolve_dsn
+    from kbpg.migrate import migrate
+
+    dsn = resolve_dsn(args.dsn)
+    cluster = Cluster.default()
+    if cluster.running() and dsn == cluster.dsn():
+        cluster.sync_plpython()
+    with connect(dsn) as conn:
+        applied = migrate(conn)
+    print("applied: " + ", ".join(applied))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from kbpg.cluster import Cluster
+
+    if not args.dsn:
+        cluster = Cluster.default()
+        state = "running" if cluster.running() else (
+            "stopped" if cluster.initialized else "not created (kbpg up creates it)")
+        print(f"embedded cluster: {state}  ({cluster.home})")
+        if not cluster.running():
+            return 0 if not cluster.initialized else 1
+    with _client(args) as client:
+        rows = client.queue_status()
+    print("\njob queue:")
+    _print_table(rows)
+    return 0
+
+
+# --- knowledge bases ----------------------------------------------------------------------
+def cmd_kb_create(args: argparse.Namespace) -> int:
+    icfg = _json_arg(args.indexing_config, "--indexing-config") or {}
+    rcfg = _json_arg(args.retrieval_config, "--retrieval-config") or {}
+    for key in ("chunker", "chunk_size", "chunk_overlap", "embedding_model"):
+        value = getattr(args, key)
+        if value is not None:
+            icfg[key] = value
+    with _client(args) as client:
+        kb_id = client.create_knowledge_base(args.name, icfg, rcfg, args.description or "")
+    print(f"created knowledge base {args.name!r} (id {kb_id})")
+    return 0
+
+
+def cmd_kb_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        _print_table(client.list_knowledge_bases())
+    return 0
+
+
+def cmd_kb_show(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        kb = client.knowledge_base(args.name)
+        docs = client.document_status(args.name)
+    print(f"knowledge base {kb['name']!r}: model {kb['embedding_model']} ({kb['embedding_dim']} dims)")
+    print("indexing_config:  " + json.dumps(kb["indexing_config"], sort_keys=True))
+    print("retrieval_config: " + json.dumps(kb["retrieval_config"], sort_keys=True))
+    counts: dict[str, int] = {}
+    for d in docs:
+        counts[d["status"]] = counts.get(d["status"], 0) + 1
+    print("documents: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    _print_table(docs, ["document_id", "title", "status", "chunk_count", "attempts",
+                        "tokens_embedded", "error"])
+    return 0
+
+
+def cmd_kb_drop(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        dropped = client.drop_knowledge_base(args.name, if_exists=args.if_exists)
+    print(f"dropped {args.name!r}" if dropped else f"{args.name!r} did not exist")
+    return 0
+
+
+def cmd_kb_reindex(args: argparse.Namespace) -> int:
+    icfg = _json_arg(args.indexing_config, "--indexing-config")
+    with _client(args) as client:
+        ix = client.reindex_knowledge_base(args.name, icfg)
+    print(f"reindex of {args.name!r} queued as generation {ix}; searches use the old one "
+          "until it is complete")
+    return 0
+
+
+# --- documents ----------------------------------------------------------------------------
+def _progress(total: int) -> Any:
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="file", file=sys.stderr)
+    return None
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from kbpg.loaders import discover, load_file
+
+    metadata: dict[str, Any] = {}
+    for item in args.metadata or []:
+        if "=" not in item:
+            raise KbpgError(f"--metadata {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        metadata[key] = value
+    if args.category:
+        metadata["category"] = args.category
+    files = discover([Path(p) for p in args.paths])
+    if not files:
+        raise KbpgError("no supported files found in " + ", ".join(args.paths))
+    counts = {"added": 0, "replaced": 0, "unchanged": 0, "failed": 0}
+    bar = _progress(len(files))
+    with _client(args) as client:
+        client.knowledge_base(args.kb)  # fail early on an unknown KB
+        for path, root in files:
+            try:
+                doc = load_file(path, root=root, metadata=metadata, usage_mode=args.usage_mode)
+                result = client.put(args.kb, doc)
+                counts[result.action] += 1
+                line = f"{result.action:9s} {doc.title}"
+            except KbpgError as exc:
+                counts["failed"] += 1
+                line = f"failed    {path}: {exc.message}"
+            if bar is not None:
+                bar.write(line)
+                bar.update(1)
+            else:
+                print(line)
+    if bar is not None:
+        bar.close()
+    print(", ".join(f"{v} {k}" for k, v in counts.items()))
+    if args.wait:
+        from kbpg.db import resolve_dsn
+        from kbpg.worker import Worker
+
+        Worker(resolve_dsn(args.dsn), concurrency=args.concurrency, once=True).run()
+        with _client(args) as client:
+            errors = [d for d in client.document_status(args.kb) if d["status"] == "error"]
+        for d in errors:
+            print(f"error     {d['title']}: {d['error']}")
+    return 1 if counts["failed"] else 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    options: dict[str, Any] = {"top_k": args.top_k, "method": args.method,
+                               "filter": _json_arg(args.filter, "--filter")}
+    if args.category:
+        options["filter"] = {**(options["filter"] or {}), "category": args.category}
+    if args.rerank:
+        options["rerank"] = True
+    options = {k: v for k, v in options.items() if v is not None}
+    with _client(args) as client:
+        results = client.search(args.kb, args.query, **options)
+    if args.json:
+        print(json.dumps([r.__dict__ for r in results], default=str, indent=2))
+        return 0
+    if not results:
+        print("no results")
+    for r in results:
+        print(f"{r.rank:>2}. [{r.score:.4f}] {r.source}")
+        snippet = " ".join(r.content.split())
+        print(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
+    if results and results[0].note:
+        print(f"note: {results[0].note}")
+    return 0
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        ctx = client.build_context(args.kb, args.query, token_budget=args.budget,
+                                   relevance_threshold=args.threshold)
+    if not ctx["has_relevant"]:
+        print(f"(no relevant knowledge) {ctx['fallback']}")
+    print(ctx["context"])
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from kbpg.db import resolve_dsn
+    from kbpg.worker import Worker
+
+    worker = Worker(resolve_dsn(args.dsn), concurrency=args.concurrency, once=args.once,
+                    lease_seconds=args.lease, poll_interval=args.poll)
+    worker.install_signal_handlers()
+    stats = worker.run()
+    print(f"worker stopped: {stats.done} done, {stats.failed} failed, {stats.retried} retried")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from kbpg.evaluate import run_eval
+
+    return run_eval(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kbpg.bench import run_bench
+
+    return run_bench(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kbpg.demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kbpg", description="A knowledge base inside PostgreSQL.")
+    p.add_argument("--dsn", help="libpq connection string (default: KBPG_DSN, PG* variables, "
+                                 "else the embedded cluster)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("up", help="create/start the embedded cluster and apply the schema"
+                   ).set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop the embedded cluster").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="cluster state and the job queue").set_defaults(func=cmd_status)
+    sub.add_parser("dsn", help="print a connection string psql accepts").set_defaults(func=cmd_dsn)
+    sub.add_parser("migrate", help="apply migrations and SQL functions").set_defaults(func=cmd_migrate)
+
+    kb = sub.add_parser("kb", help="manage knowledge bases")
+    kbs = kb.add_subparsers(dest="kb_command", required=True, metavar="ACTION")
+    c = kbs.add_parser("create", help="create a knowledge base")
+    c.add_argument("name")
+    c.add_argument("--indexing-config", help="JSON object")
+    c.add_argument("--retrieval-config", help="JSON object")
+    c.add_argument("--chunker", choices=["markdown_header", "recursive", "fixed_size"])
+    c.add_argument("--chunk-size", dest="chunk_size", type=int)
+    c.add_argument("--chunk-overlap", dest="chunk_overlap", type=int)
+    c.add_argument("--embedding-model", dest="embedding_model")
+    c.add_argument("--description")
+    c.set_defaults(func=cmd_kb_create)
+    kbs.add_parser("list", help="list knowledge bases").set_defaults(func=cmd_kb_list)
+    s = kbs.add_parser("show", help="a knowledge base and its documents")
+    s.add_argument("name")
+    s.set_defaults(func=cmd_kb_show)
+    d = kbs.add_parser("drop", help="drop a knowledge base and everything in it")
+    d.add_argument("name")
+    d.add_argument("--if-exists", action="store_true")
+    d.set_defaults(func=cmd_kb_drop)
+    r = kbs.add_parser("reindex", help="rebuild every document (zero downtime)")
+    r.add_argument("name")
+    r.add_argument("--indexing-config", help="new indexing_config (JSON); default: the current one")
+    r.set_defaults(func=cmd_kb_reindex)
+
+    i = sub.add_parser("ingest", help="add files and folders (.md .markdown .txt .pdf)")
+    i.add_argument("kb")
+    i.add_argument("paths", nargs="+", metavar="PATH")
+    i.add_argument("--category")
+    i.add_argument("--metadata", action="append", metavar="KEY=VALUE")
+    i.add_argument("--usage-mode", default="rag", choices=["rag", "system", "policy"])
+    i.add_argument("--wait", action="store_true", help="run a worker until the queue is empty")
+    i.add_argument("--concurrency", type=int, default=1)
+    i.set_defaults(func=cmd_ingest)
+
+    q = sub.add_parser("search", help="search a knowledge base")
+    q.add_argument("kb")
+    q.add_argument("query")
+    q.add_argument("--method", choices=["hybrid", "vector", "full_text"])
+    q.add_argument("--top-k", dest="top_k", type=int)
+    q.add_argument("--filter", help="JSON object the chunk metadata must contain")
+    q.add_argument("--category")
+    q.add_argument("--rerank", action="store_true")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_search)
+
+    x = sub.add_parser("context", help="prompt-ready context with citations")
+    x.add_argument("kb")
+    x.add_argument("query")
+    x.add_argument("--budget", type=int, default=2000)
+    x.add_argument("--threshold", type=float)
+    x.set_defaults(func=cmd_context)
+
+    w = sub.add_parser("worker", help="run the indexing worker")
+    w.add_argument("--concurrency", type=int, default=1)
+    w.add_argument("--once", action="store_true", help="drain the queue, then exit")
+    w.add_argument("--lease", type=float, default=60.0, help="seconds a claimed job is held")
+    w.add_argument("--poll", type=float, default=2.0, help="seconds between polls")
+    w.set_defaults(func=cmd_worker)
+
+    e = sub.add_parser("eval", help="evaluate retrieval on a BEIR-format dataset")
+    e.add_argument("dataset_dir")
+    e.add_argument("--split", default="test")
+    e.add_argument("--kb")
+    e.add_argument("--method", choices=["vector", "full_text", "hybrid"], default="hybrid")
+    e.add_argument("--rerank", action="store_true")
+    e.add_argument("--top-k", dest="top_k", type=int, default=100)
+    e.add_argument("--json", action="store_true")
+    e.add_argument("--concurrency", type=int, default=2)
+    e.add_argument("--option", action="append", metavar="KEY=JSON",
+                   help="extra kb.search option, e.g. fusion_depth=200")
+    e.set_defaults(func=cmd_eval)
+
+    b = sub.add_parser("bench", help="benchmarks (quality, speed, scale)")
+    b.add_argument("--quick", action="store_true")
+    b.add_argument("--output", default="bench/results/latest.json")
+    b.add_argument("--only", help="comma-separated groups: quality,bm25,hybrid,hnsw,ingest,startup")
+    b.set_defaults(func=cmd_bench)
+
+    sub.add_parser("demo", help="index the sample corpus and run a few searches"
+                   ).set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args) or 0)
+    except KbpgError as exc:
+        print(f"kbpg: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

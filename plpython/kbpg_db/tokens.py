@@ -1,0 +1,49 @@
+"""Token counting with tiktoken's cl100k_base, offline.
+
+tiktoken downloads its BPE file on first use. The file ships inside litellm
+(``litellm_core_utils/tokenizers``, named by the sha1 of its usual URL), so we point
+``TIKTOKEN_CACHE_DIR`` there before tiktoken looks, without importing litellm itself
+(which costs seconds).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+ENCODING = "cl100k_base"
+
+
+def _litellm_tokenizer_dir() -> Path | None:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "litellm_core_utils" / "tokenizers"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=1)
+def encoding() -> Any:
+    """The cl100k_base encoding, loaded once per process without network access."""
+    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
+        cache = _litellm_tokenizer_dir()
+        if cache is None:
+            raise RuntimeError(
+                "tiktoken's cl100k_base file was not found: install litellm (it ships the "
+                "file) or set TIKTOKEN_CACHE_DIR to a folder holding it"
+            )
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+    import tiktoken
+
+    return tiktoken.get_encoding(ENCODING)
+
+
+def count(text: str) -> int:
+    """Number of cl100k_base tokens in ``text``."""
+    return len(encoding().encode(text, disallowed_special=()))

@@ -1,0 +1,164 @@
+-- PL/Python entry points. Each body stays a few lines: make sure the kbpg_db package is
+-- importable, import the module, pass plpy in, return.
+
+-- Composite types used by the Python functions below. Recreated only when missing.
+DO $$
+BEGIN
+  IF to_regtype('kb.chunk_payload') IS NULL THEN
+    CREATE TYPE kb.chunk_payload AS (
+      ordinal      integer,
+      content      text,
+      embed_text   text,
+      token_count  integer,
+      heading_path text[],
+      page         integer,
+      char_start   integer,
+      char_end     integer,
+      embedding    real[]
+    );
+  END IF;
+  IF to_regtype('kb.indexing_result') IS NULL THEN
+    CREATE TYPE kb.indexing_result AS (
+      chunks   kb.chunk_payload[],
+      tokens   bigint,
+      cost_usd double precision,
+      calls    integer
+    );
+  END IF;
+  IF to_regtype('kb.prepared_query') IS NULL THEN
+    CREATE TYPE kb.prepared_query AS (config jsonb, embedding real[], note text);
+  END IF;
+  IF to_regtype('kb.assembled_context') IS NULL THEN
+    CREATE TYPE kb.assembled_context AS (
+      context text, sources jsonb, tokens_used integer, has_relevant boolean, fallback text
+    );
+  END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb.python_init() RETURNS void
+LANGUAGE plpython3u
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+import os, sys
+if GD.get("kbpg_ready"):
+    return
+rows = plpy.execute("SELECT current_setting('kb.python_path', true) AS p, "
+                    "current_setting('kb.onnx_threads', true) AS t")
+path = rows[0]["p"] or "/usr/local/lib/kbpg/python%d.%d" % sys.version_info[:2]
+for entry in reversed([p for p in path.split(":") if p]):
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
+if rows[0]["t"]:
+    os.environ["KBPG_ONNX_THREADS"] = rows[0]["t"]
+try:
+    import kbpg_db
+except ImportError as exc:
+    plpy.error("kbpg's PL/Python package is not importable: %s" % exc,
+               detail="kb.python_path is %r" % path,
+               hint="run `make setup`, or set kb.python_path to the folder holding kbpg_db",
+               sqlstate="58000")
+GD["kbpg_ready"] = True
+$$;
+COMMENT ON FUNCTION kb.python_init() IS
+  'Puts kbpg''s PL/Python packages on sys.path (setting kb.python_path, default '
+  '/usr/local/lib/kbpg/pythonX.Y); called by every PL/Python function of kb, once per session.';
+
+CREATE OR REPLACE FUNCTION kb.validate_config(kind text, config jsonb) RETURNS jsonb
+LANGUAGE plpython3u STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.validate_config(plpy, kind, config)
+$$;
+COMMENT ON FUNCTION kb.validate_config(text, jsonb) IS
+  'Validates an indexing_config or retrieval_config and returns it completed with defaults; '
+  'raises invalid_parameter_value naming each bad field.';
+
+CREATE OR REPLACE FUNCTION kb.preview_chunks(content text, indexing_config jsonb DEFAULT '{}')
+RETURNS SETOF kb.chunk_payload
+LANGUAGE plpython3u STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.preview_chunks(plpy, content, indexing_config, None)
+$$;
+COMMENT ON FUNCTION kb.preview_chunks(text, jsonb) IS
+  'Shows how a text would be chunked with an indexing_config, storing nothing.';
+
+CREATE OR REPLACE FUNCTION kb._chunk_and_embed(content text, indexing_config jsonb,
+                                               page_starts integer[])
+RETURNS kb.indexing_result
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.chunk_and_embed(plpy, content, indexing_config, page_starts)
+$$;
+COMMENT ON FUNCTION kb._chunk_and_embed(text, jsonb, integer[]) IS
+  'Internal: chunks a document and embeds the chunks with the index''s model.';
+
+CREATE OR REPLACE FUNCTION kb._prepare_query(indexing_config jsonb, retrieval_config jsonb,
+                                             overrides jsonb, query text)
+RETURNS kb.prepared_query
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.prepare_query(plpy, indexing_config, retrieval_config, overrides, query)
+$$;
+COMMENT ON FUNCTION kb._prepare_query(jsonb, jsonb, jsonb, text) IS
+  'Internal: validates per-call retrieval options and embeds the query when needed.';
+
+CREATE OR REPLACE FUNCTION kb.embed_query(kb_name text, query text) RETURNS real[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix kb.kb_index;
+BEGIN
+  v_ix := kb._active_index(kb._get_kb(kb_name));
+  RETURN (kb._prepare_query(v_ix.indexing_config, '{"method": "vector"}', '{}', query)).embedding;
+END
+$$;
+COMMENT ON FUNCTION kb.embed_query(text, text) IS
+  'Embeds a text with the knowledge base''s embedding model (as used for queries).';
+
+CREATE OR REPLACE FUNCTION kb._rerank(retrieval_config jsonb, query text, documents text[])
+RETURNS double precision[]
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.rerank(plpy, retrieval_config, query, documents)
+$$;
+COMMENT ON FUNCTION kb._rerank(jsonb, text, text[]) IS
+  'Internal: one cross-encoder score per document for the query (local ONNX or provider).';
+
+CREATE OR REPLACE FUNCTION kb.count_tokens(content text) RETURNS integer
+LANGUAGE plpython3u IMMUTABLE STRICT
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.count_tokens(content)
+$$;
+COMMENT ON FUNCTION kb.count_tokens(text) IS 'Number of cl100k_base tokens in a text.';
+
+CREATE OR REPLACE FUNCTION kb._assemble_context(rows jsonb, token_budget integer,
+                                                max_per_document integer)
+RETURNS kb.assembled_context
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.assemble_context(plpy, rows, token_budget, max_per_document)
+$$;
+COMMENT ON FUNCTION kb._assemble_context(jsonb, integer, integer) IS
+  'Internal: lays ranked rows out as cited context within a token budget.';

@@ -1,0 +1,243 @@
+-- Knowledge-base lifecycle: create, drop, look up; the per-index HNSW index.
+
+CREATE OR REPLACE FUNCTION kb._get_kb(kb_name text) RETURNS kb.knowledge_base
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v kb.knowledge_base;
+BEGIN
+  IF kb_name IS NULL THEN
+    RAISE EXCEPTION 'knowledge base name must not be null' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT * INTO v FROM kb.knowledge_base k WHERE k.name = kb_name;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'knowledge base "%" does not exist', kb_name
+      USING ERRCODE = 'no_data_found', HINT = 'kb.list_knowledge_bases() lists them';
+  END IF;
+  RETURN v;
+END
+$$;
+COMMENT ON FUNCTION kb._get_kb(text) IS 'Internal: the knowledge base row by name, or no_data_found.';
+
+CREATE OR REPLACE FUNCTION kb._active_index(v_kb kb.knowledge_base) RETURNS kb.kb_index
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT * FROM kb.kb_index WHERE id = v_kb.active_index_id $$;
+
+CREATE OR REPLACE FUNCTION kb._vector_type(dim integer) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT CASE WHEN dim > 2000 THEN 'halfvec' ELSE 'vector' END $$;
+COMMENT ON FUNCTION kb._vector_type(integer) IS
+  'The pgvector type an index of this dimension uses: HNSW takes vector up to 2000 dimensions, '
+  'halfvec up to 4000.';
+
+CREATE OR REPLACE FUNCTION kb._create_index(p_kb_id integer, p_config jsonb) RETURNS kb.kb_index
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix  kb.kb_index;
+  v_dim integer;
+  v_typ text;
+BEGIN
+  v_dim := kb._config_dimensions(p_config);
+  IF v_dim > 4000 THEN
+    RAISE EXCEPTION 'embedding dimension % is over 4000, the most an HNSW index takes (halfvec)', v_dim
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim)
+  VALUES (p_kb_id, p_config, p_config->>'embedding_model', v_dim)
+  RETURNING * INTO v_ix;
+  v_typ := kb._vector_type(v_dim);
+  EXECUTE format(
+    'CREATE INDEX %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) WHERE index_id = %s',
+    'embedding_hnsw_' || v_ix.id, v_typ, v_dim, v_typ || '_cosine_ops', v_ix.id);
+  RETURN v_ix;
+END
+$$;
+COMMENT ON FUNCTION kb._create_index(integer, jsonb) IS
+  'Internal: a new index generation for a KB with its own partial HNSW index.';
+
+CREATE OR REPLACE FUNCTION kb._config_dimensions(p_config jsonb) RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce((p_config->>'embedding_dimensions')::integer,
+    CASE p_config->>'embedding_model'
+      WHEN 'local/all-MiniLM-L6-v2' THEN 384
+      WHEN 'openai/text-embedding-3-small' THEN 1536
+      WHEN 'openai/text-embedding-3-large' THEN 3072
+      WHEN 'openai/text-embedding-ada-002' THEN 1536
+      WHEN 'cohere/embed-english-v3.0' THEN 1024
+      WHEN 'cohere/embed-multilingual-v3.0' THEN 1024
+      WHEN 'voyage/voyage-3' THEN 1024
+      WHEN 'voyage/voyage-3-lite' THEN 512
+      WHEN 'gemini/text-embedding-004' THEN 768
+      WHEN 'mistral/mistral-embed' THEN 1024
+    END)
+$$;
+COMMENT ON FUNCTION kb._config_dimensions(jsonb) IS
+  'Internal: vector size of a validated indexing_config (mirrors kbpg_db.config.KNOWN_MODELS).';
+
+CREATE OR REPLACE FUNCTION kb._drop_index(p_index_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
+  DELETE FROM kb.posting WHERE index_id = p_index_id;
+  DELETE FROM kb.term_stat WHERE index_id = p_index_id;
+  DELETE FROM kb.embedding WHERE index_id = p_index_id;
+  -- Postings and statistics are gone already: skip the per-chunk trigger work.
+  PERFORM set_config('kb.bulk_drop', p_index_id::text, true);
+  DELETE FROM kb.chunk WHERE index_id = p_index_id;
+  PERFORM set_config('kb.bulk_drop', '', true);
+  DELETE FROM kb.kb_index WHERE id = p_index_id;
+END
+$$;
+COMMENT ON FUNCTION kb._drop_index(bigint) IS
+  'Internal: removes one index generation, its HNSW index, chunks, vectors and BM25 data.';
+
+CREATE OR REPLACE FUNCTION kb._check_text_search_config(p_name text) RETURNS regconfig
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN p_name::regconfig;
+EXCEPTION
+  WHEN undefined_object THEN
+    RAISE EXCEPTION 'indexing_config.text_search_config: text search configuration "%" does not exist', p_name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'SELECT cfgname FROM pg_ts_config lists them (english, simple, german, ...)';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb.create_knowledge_base(
+    name text,
+    indexing_config jsonb DEFAULT '{}',
+    retrieval_config jsonb DEFAULT '{}',
+    description text DEFAULT ''
+) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_icfg jsonb;
+  v_rcfg jsonb;
+  v_id   integer;
+  v_ix   kb.kb_index;
+BEGIN
+  IF name IS NULL OR btrim(name) = '' THEN
+    RAISE EXCEPTION 'knowledge base name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF length(name) > 200 THEN
+    RAISE EXCEPTION 'knowledge base name is % characters; the limit is 200', length(name)
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF EXISTS (SELECT 1 FROM kb.knowledge_base k WHERE k.name = create_knowledge_base.name) THEN
+    RAISE EXCEPTION 'knowledge base "%" already exists', name
+      USING ERRCODE = 'unique_violation', HINT = 'pick another name or drop the existing one';
+  END IF;
+  v_icfg := kb.validate_config('indexing_config', indexing_config);
+  v_rcfg := kb.validate_config('retrieval_config', retrieval_config);
+  PERFORM kb._check_text_search_config(v_icfg->>'text_search_config');
+  INSERT INTO kb.knowledge_base (name, description, indexing_config, retrieval_config,
+                                 embedding_model, embedding_dim)
+  VALUES (create_knowledge_base.name, coalesce(description, ''), v_icfg, v_rcfg,
+          v_icfg->>'embedding_model', kb._config_dimensions(v_icfg))
+  RETURNING id INTO v_id;
+  v_ix := kb._create_index(v_id, v_icfg);
+  UPDATE kb.kb_index SET status = 'active', activated_at = now() WHERE id = v_ix.id;
+  UPDATE kb.knowledge_base SET active_index_id = v_ix.id WHERE id = v_id;
+  RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION kb.create_knowledge_base(text, jsonb, jsonb, text) IS
+  'Creates a knowledge base; configs are validated and completed with defaults. Returns its id.';
+
+CREATE OR REPLACE FUNCTION kb.drop_knowledge_base(name text, if_exists boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_id integer;
+  v_ix bigint;
+BEGIN
+  SELECT id INTO v_id FROM kb.knowledge_base k WHERE k.name = drop_knowledge_base.name FOR UPDATE;
+  IF NOT FOUND THEN
+    IF if_exists THEN RETURN false; END IF;
+    PERFORM kb._get_kb(name);
+  END IF;
+  UPDATE kb.knowledge_base SET active_index_id = NULL WHERE id = v_id;
+  FOR v_ix IN SELECT id FROM kb.kb_index WHERE kb_id = v_id LOOP
+    PERFORM kb._drop_index(v_ix);
+  END LOOP;
+  DELETE FROM kb.knowledge_base WHERE id = v_id;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION kb.drop_knowledge_base(text, boolean) IS
+  'Drops a knowledge base with its documents, chunks, vectors and jobs.';
+
+CREATE OR REPLACE FUNCTION kb.set_retrieval_config(kb_name text, retrieval_config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_cfg jsonb;
+BEGIN
+  PERFORM kb._get_kb(kb_name);
+  v_cfg := kb.validate_config('retrieval_config', retrieval_config);
+  UPDATE kb.knowledge_base SET retrieval_config = v_cfg, updated_at = now() WHERE name = kb_name;
+  RETURN v_cfg;
+END
+$$;
+COMMENT ON FUNCTION kb.set_retrieval_config(text, jsonb) IS
+  'Replaces a KB''s retrieval_config (validated, completed with defaults).';
+
+-- Direct writes by DBAs are validated too.
+CREATE OR REPLACE FUNCTION kb._knowledge_base_check() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NEW.retrieval_config IS DISTINCT FROM OLD.retrieval_config THEN
+    NEW.retrieval_config := kb.validate_config('retrieval_config', NEW.retrieval_config);
+  END IF;
+  IF coalesce(current_setting('kb.internal_write', true), '') <> 'on' AND (
+     NEW.indexing_config IS DISTINCT FROM OLD.indexing_config
+     OR NEW.embedding_model IS DISTINCT FROM OLD.embedding_model
+     OR NEW.embedding_dim IS DISTINCT FROM OLD.embedding_dim) THEN
+    RAISE EXCEPTION 'indexing_config, embedding_model and embedding_dim of "%" cannot be written directly', OLD.name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'use kb.reindex_knowledge_base(kb, indexing_config => ...)';
+  END IF;
+  NEW.updated_at := now();
+  RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS knowledge_base_check ON kb.knowledge_base;
+CREATE TRIGGER knowledge_base_check BEFORE UPDATE ON kb.knowledge_base
+  FOR EACH ROW EXECUTE FUNCTION kb._knowledge_base_check();
+
+CREATE OR REPLACE FUNCTION kb.list_knowledge_bases()
+RETURNS TABLE (name text, embedding_model text, embedding_dim integer, documents bigint,
+               ready bigint, pending bigint, failed bigint, chunks bigint, created_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT k.name, k.embedding_model, k.embedding_dim,
+         count(d.id), count(d.id) FILTER (WHERE d.status = 'ready'),
+         count(d.id) FILTER (WHERE d.status IN ('pending', 'indexing')),
+         count(d.id) FILTER (WHERE d.status = 'error'),
+         coalesce((SELECT i.n_chunks FROM kb.kb_index i WHERE i.id = k.active_index_id), 0),
+         k.created_at
+  FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
+  GROUP BY k.id ORDER BY k.name
+$$;
+COMMENT ON FUNCTION kb.list_knowledge_bases() IS
+  'Every knowledge base with its model and document counts per status.';

@@ -1,0 +1,99 @@
+-- Exact BM25 corpus statistics, maintained by triggers on kb.chunk.
+--
+-- Inserting chunks adds their postings, their lexemes' document frequencies and the
+-- index's chunk count and total length; deleting chunks (directly, through a document
+-- or KB delete, or a replacement) takes them away again. All statistics writes of one
+-- index are serialised by a transaction-level advisory lock, so concurrent workers can
+-- never deadlock on the shared term_stat rows; the lock is held only for the short
+-- write phase of a job (chunking and embedding happen before it).
+
+CREATE OR REPLACE FUNCTION kb._lock_index_stats(p_index_ids bigint[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_id bigint;
+BEGIN
+  FOR v_id IN SELECT DISTINCT i FROM unnest(p_index_ids) AS i ORDER BY 1 LOOP
+    PERFORM pg_advisory_xact_lock(1801, v_id::integer);
+  END LOOP;
+END
+$$;
+COMMENT ON FUNCTION kb._lock_index_stats(bigint[]) IS
+  'Internal: serialises BM25 statistics writes per index (advisory locks, in id order).';
+
+CREATE OR REPLACE FUNCTION kb._chunk_after_insert() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM kb._lock_index_stats(ARRAY(SELECT DISTINCT index_id FROM new_chunks));
+  INSERT INTO kb.posting (index_id, lexeme, chunk_id, tf, dl)
+  SELECT n.index_id, u.lexeme, n.id, coalesce(array_length(u.positions, 1), 1), n.doc_len
+  FROM new_chunks n, unnest(n.tsv) u;
+  INSERT INTO kb.term_stat AS t (index_id, lexeme, df)
+  SELECT n.index_id, u.lexeme, count(*)
+  FROM new_chunks n, unnest(n.tsv) u
+  GROUP BY 1, 2 ORDER BY 1, 2
+  ON CONFLICT (index_id, lexeme) DO UPDATE SET df = t.df + EXCLUDED.df;
+  UPDATE kb.kb_index i
+     SET n_chunks = i.n_chunks + s.n, total_len = i.total_len + s.len
+    FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM new_chunks GROUP BY 1) s
+   WHERE i.id = s.index_id;
+  RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb._chunk_after_delete() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- kb._drop_index removes a whole generation's postings and statistics itself.
+  IF coalesce(current_setting('kb.bulk_drop', true), '') <> '' THEN
+    RETURN NULL;
+  END IF;
+  PERFORM kb._lock_index_stats(ARRAY(SELECT DISTINCT index_id FROM old_chunks));
+  DELETE FROM kb.posting p USING old_chunks o WHERE p.chunk_id = o.id;
+  UPDATE kb.term_stat t
+     SET df = t.df - s.n
+    FROM (SELECT o.index_id, u.lexeme, count(*) AS n
+            FROM old_chunks o, unnest(o.tsv) u GROUP BY 1, 2) s
+   WHERE t.index_id = s.index_id AND t.lexeme = s.lexeme;
+  DELETE FROM kb.term_stat t
+   USING (SELECT DISTINCT o.index_id, u.lexeme FROM old_chunks o, unnest(o.tsv) u) s
+   WHERE t.index_id = s.index_id AND t.lexeme = s.lexeme AND t.df <= 0;
+  UPDATE kb.kb_index i
+     SET n_chunks = i.n_chunks - s.n, total_len = i.total_len - s.len
+    FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM old_chunks GROUP BY 1) s
+   WHERE i.id = s.index_id;
+  RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb._chunk_no_update() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NEW.tsv IS DISTINCT FROM OLD.tsv OR NEW.doc_len IS DISTINCT FROM OLD.doc_len
+     OR NEW.index_id IS DISTINCT FROM OLD.index_id THEN
+    RAISE EXCEPTION 'chunk % : tsv, doc_len and index_id are maintained by kbpg', OLD.id
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'reindex the document instead (kb.reindex_document)';
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+DROP TRIGGER IF EXISTS chunk_after_insert ON kb.chunk;
+CREATE TRIGGER chunk_after_insert AFTER INSERT ON kb.chunk
+  REFERENCING NEW TABLE AS new_chunks
+  FOR EACH STATEMENT EXECUTE FUNCTION kb._chunk_after_insert();
+DROP TRIGGER IF EXISTS chunk_after_delete ON kb.chunk;
+CREATE TRIGGER chunk_after_delete AFTER DELETE ON kb.chunk
+  REFERENCING OLD TABLE AS old_chunks
+  FOR EACH STATEMENT EXECUTE FUNCTION kb._chunk_after_delete();
+DROP TRIGGER IF EXISTS chunk_no_update ON kb.chunk;
+CREATE TRIGGER chunk_no_update BEFORE UPDATE ON kb.chunk
+  FOR EACH ROW EXECUTE FUNCTION kb._chunk_no_update();

@@ -1,0 +1,498 @@
+-- Documents and the indexing job queue.
+
+CREATE OR REPLACE FUNCTION kb._enqueue(p_kb_id integer, p_document_id bigint, p_index_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_job bigint;
+BEGIN
+  -- A newer version supersedes queued work; a running job finds the content changed
+  -- and stands down (kb.process_job).
+  UPDATE kb.job SET status = 'cancelled', finished_at = now(), last_error = 'superseded'
+   WHERE document_id = p_document_id AND index_id = p_index_id AND status = 'queued';
+  INSERT INTO kb.job (kb_id, document_id, index_id, max_attempts)
+  VALUES (p_kb_id, p_document_id, p_index_id,
+          coalesce(nullif(current_setting('kb.max_attempts', true), '')::integer, 5))
+  RETURNING id INTO v_job;
+  RETURN v_job;
+END
+$$;
+COMMENT ON FUNCTION kb._enqueue(integer, bigint, bigint) IS
+  'Internal: queues (re)indexing of one document into one index generation.';
+
+CREATE OR REPLACE FUNCTION kb._enqueue_document(p_kb kb.knowledge_base, p_document_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix bigint;
+BEGIN
+  -- The serving index, and a generation being built by a reindex, if any.
+  FOR v_ix IN SELECT id FROM kb.kb_index
+               WHERE kb_id = p_kb.id AND (id = p_kb.active_index_id OR status = 'building')
+               ORDER BY id LOOP
+    PERFORM kb._enqueue(p_kb.id, p_document_id, v_ix);
+  END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb.put_document(
+    kb text,
+    title text,
+    content text,
+    metadata jsonb DEFAULT '{}',
+    source_uri text DEFAULT NULL,
+    usage_mode text DEFAULT 'rag',
+    page_starts integer[] DEFAULT NULL
+) RETURNS TABLE (document_id bigint, action text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb    kb.knowledge_base;
+  v_hash  text;
+  v_old   kb.document;
+  v_limit bigint := coalesce(nullif(current_setting('kb.max_document_bytes', true), '')::bigint,
+                             52428800);
+BEGIN
+  v_kb := kb._get_kb(kb);
+  IF title IS NULL OR btrim(title) = '' THEN
+    RAISE EXCEPTION 'document title must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF length(title) > 1000 THEN
+    RAISE EXCEPTION 'document title is % characters; the limit is 1000', length(title)
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
+    RAISE EXCEPTION 'document "%" has no text', title USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF octet_length(content) > v_limit THEN
+    RAISE EXCEPTION 'document "%" is % bytes; the limit is % bytes', title, octet_length(content), v_limit
+      USING ERRCODE = 'program_limit_exceeded', HINT = 'split the document or raise kb.max_document_bytes';
+  END IF;
+  IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
+    RAISE EXCEPTION 'metadata of document "%" must be a JSON object', title
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF usage_mode IS NULL OR usage_mode NOT IN ('rag', 'system', 'policy') THEN
+    RAISE EXCEPTION 'usage_mode must be rag, system or policy, not %', coalesce(quote_literal(usage_mode), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF page_starts IS NOT NULL AND (page_starts[1] IS DISTINCT FROM 0 OR EXISTS (
+       SELECT 1 FROM unnest(page_starts) WITH ORDINALITY a(v, i)
+        WHERE v IS NULL OR v > length(content) OR v < coalesce(page_starts[i - 1], 0))) THEN
+    RAISE EXCEPTION 'page_starts of document "%" must start at 0 and ascend within the text', title
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  v_hash := md5(content);
+  SELECT * INTO v_old FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = put_document.title
+    FOR UPDATE;
+  IF FOUND THEN
+    IF v_old.content_hash = v_hash AND v_old.status <> 'error'
+       AND v_old.metadata = put_document.metadata AND v_old.usage_mode = put_document.usage_mode
+       AND v_old.page_starts IS NOT DISTINCT FROM put_document.page_starts THEN
+      RETURN QUERY SELECT v_old.id, 'unchanged'::text;
+      RETURN;
+    END IF;
+    -- The old chunks keep serving until the new version is indexed.
+    UPDATE kb.document d
+       SET content = put_document.content, content_hash = v_hash, metadata = put_document.metadata,
+           source_uri = coalesce(put_document.source_uri, d.source_uri),
+           usage_mode = put_document.usage_mode, page_starts = put_document.page_starts,
+           status = 'pending', error = NULL, attempts = 0, updated_at = now()
+     WHERE d.id = v_old.id;
+    PERFORM kb._enqueue_document(v_kb, v_old.id);
+    RETURN QUERY SELECT v_old.id, 'replaced'::text;
+    RETURN;
+  END IF;
+  INSERT INTO kb.document AS d (kb_id, title, source_uri, content, content_hash, metadata,
+                                usage_mode, page_starts)
+  VALUES (v_kb.id, title, source_uri, content, v_hash, metadata, usage_mode, page_starts)
+  RETURNING d.id INTO document_id;
+  PERFORM kb._enqueue_document(v_kb, document_id);
+  action := 'added';
+  RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION kb.put_document(text, text, text, jsonb, text, text, integer[]) IS
+  'Adds a document, or replaces the one with the same title, and queues its indexing in the '
+  'same transaction. action is added, replaced or unchanged (same text: nothing to do).';
+
+CREATE OR REPLACE FUNCTION kb.add_document(
+    kb text,
+    title text,
+    content text,
+    metadata jsonb DEFAULT '{}',
+    source_uri text DEFAULT NULL,
+    usage_mode text DEFAULT 'rag',
+    page_starts integer[] DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT p.document_id
+  FROM kb.put_document(kb, title, content, metadata, source_uri, usage_mode, page_starts) p
+$$;
+COMMENT ON FUNCTION kb.add_document(text, text, text, jsonb, text, text, integer[]) IS
+  'Adds (or replaces, by title) a document and queues its indexing; returns the document id.';
+
+CREATE OR REPLACE FUNCTION kb.delete_document(kb text, title text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  DELETE FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = delete_document.title;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
+      USING ERRCODE = 'no_data_found';
+  END IF;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION kb.delete_document(text, text) IS
+  'Deletes a document by title with its chunks and vectors; BM25 statistics follow.';
+
+CREATE OR REPLACE FUNCTION kb.delete_document(kb text, document_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  DELETE FROM kb.document d WHERE d.kb_id = v_kb.id AND d.id = delete_document.document_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'document % does not exist in knowledge base "%"', document_id, kb
+      USING ERRCODE = 'no_data_found';
+  END IF;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION kb.delete_document(text, bigint) IS
+  'Deletes a document by id with its chunks and vectors; BM25 statistics follow.';
+
+CREATE OR REPLACE FUNCTION kb.reindex_document(kb text, title text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base;
+  v_id bigint;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  SELECT d.id INTO v_id FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = reindex_document.title
+    FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
+      USING ERRCODE = 'no_data_found';
+  END IF;
+  UPDATE kb.document SET status = 'pending', error = NULL, attempts = 0, updated_at = now()
+   WHERE id = v_id;
+  PERFORM kb._enqueue_document(v_kb, v_id);
+  RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION kb.reindex_document(text, text) IS
+  'Queues a document for indexing again; its current chunks serve until the new ones are ready.';
+
+CREATE OR REPLACE FUNCTION kb.reindex_knowledge_base(kb text, indexing_config jsonb DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb  kb.knowledge_base;
+  v_cfg jsonb;
+  v_ix  kb.kb_index;
+  v_doc bigint;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  PERFORM 1 FROM kb.knowledge_base WHERE id = v_kb.id FOR UPDATE;
+  IF EXISTS (SELECT 1 FROM kb.kb_index WHERE kb_id = v_kb.id AND status = 'building') THEN
+    RAISE EXCEPTION 'knowledge base "%" is already being reindexed', kb
+      USING ERRCODE = 'object_in_use', HINT = 'wait for it; kbpg status shows the queue';
+  END IF;
+  v_cfg := kb.validate_config('indexing_config', coalesce(indexing_config, v_kb.indexing_config));
+  PERFORM kb._check_text_search_config(v_cfg->>'text_search_config');
+  v_ix := kb._create_index(v_kb.id, v_cfg);
+  FOR v_doc IN SELECT id FROM kb.document WHERE kb_id = v_kb.id ORDER BY id LOOP
+    PERFORM kb._enqueue(v_kb.id, v_doc, v_ix.id);
+  END LOOP;
+  PERFORM kb._maybe_activate(v_ix.id);
+  RETURN v_ix.id;
+END
+$$;
+COMMENT ON FUNCTION kb.reindex_knowledge_base(text, jsonb) IS
+  'Rebuilds every document into a new index generation (same or new indexing_config, model '
+  'and dimension). Searches use the old generation until every document is done, then switch '
+  'in one transaction. Returns the new generation''s id.';
+
+CREATE OR REPLACE FUNCTION kb._maybe_activate(p_index_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix  kb.kb_index;
+  v_old bigint;
+BEGIN
+  SELECT * INTO v_ix FROM kb.kb_index WHERE id = p_index_id;
+  IF v_ix.status <> 'building' OR EXISTS (
+       SELECT 1 FROM kb.job WHERE index_id = p_index_id AND status IN ('queued', 'running')) THEN
+    RETURN false;
+  END IF;
+  SELECT active_index_id INTO v_old FROM kb.knowledge_base WHERE id = v_ix.kb_id FOR UPDATE;
+  UPDATE kb.kb_index SET status = 'active', activated_at = now() WHERE id = p_index_id;
+  PERFORM set_config('kb.internal_write', 'on', true);
+  UPDATE kb.knowledge_base
+     SET active_index_id = p_index_id, indexing_config = v_ix.indexing_config,
+         embedding_model = v_ix.embedding_model, embedding_dim = v_ix.embedding_dim
+   WHERE id = v_ix.kb_id;
+  PERFORM set_config('kb.internal_write', '', true);
+  UPDATE kb.document d
+     SET chunk_count = (SELECT count(*) FROM kb.chunk c WHERE c.document_id = d.id AND c.index_id = p_index_id),
+         status = 'ready', error = NULL
+   WHERE d.kb_id = v_ix.kb_id;
+  IF v_old IS NOT NULL THEN
+    PERFORM kb._drop_index(v_old);
+  END IF;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION kb._maybe_activate(bigint) IS
+  'Internal: switches a KB to a finished index generation and drops the previous one.';
+
+-- Jobs -----------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION kb._job_notify() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_n integer;
+BEGIN
+  SELECT count(*) INTO v_n FROM new_jobs WHERE status = 'queued';
+  IF v_n > 0 THEN
+    PERFORM pg_notify('kbpg_jobs', json_build_object('queued', v_n)::text);
+  END IF;
+  RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS job_notify ON kb.job;
+CREATE TRIGGER job_notify AFTER INSERT ON kb.job
+  REFERENCING NEW TABLE AS new_jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION kb._job_notify();
+
+CREATE OR REPLACE FUNCTION kb.claim_jobs(worker text, max_jobs integer DEFAULT 1,
+                                         lease_seconds double precision DEFAULT 60)
+RETURNS SETOF kb.job
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- Jobs whose worker died after its last allowed attempt: give up on them.
+  PERFORM kb._fail_job(j.id, coalesce(j.last_error, 'the worker running it stopped (lease expired)'), true)
+     FROM kb.job j
+    WHERE j.status = 'running' AND j.locked_until < now() AND j.attempts >= j.max_attempts
+      FOR UPDATE SKIP LOCKED;
+  RETURN QUERY
+  WITH c AS (
+    SELECT j.id FROM kb.job j
+     WHERE (j.status = 'queued' AND j.run_after <= now())
+        OR (j.status = 'running' AND j.locked_until < now())
+     ORDER BY j.run_after, j.id
+     LIMIT max_jobs
+     FOR UPDATE SKIP LOCKED
+  )
+  UPDATE kb.job j
+     SET status = 'running', attempts = j.attempts + 1, locked_by = worker,
+         locked_until = now() + make_interval(secs => lease_seconds), started_at = now()
+    FROM c WHERE j.id = c.id
+  RETURNING j.*;
+  UPDATE kb.document d SET status = 'indexing', updated_at = now()
+    FROM kb.job j JOIN kb.knowledge_base k ON k.id = j.kb_id
+   WHERE j.locked_by = worker AND j.status = 'running' AND d.id = j.document_id
+     AND j.index_id = k.active_index_id AND d.status = 'pending';
+END
+$$;
+COMMENT ON FUNCTION kb.claim_jobs(text, integer, double precision) IS
+  'Claims up to max_jobs runnable jobs for a worker (FOR UPDATE SKIP LOCKED): queued ones due '
+  'now, and running ones whose lease expired (their worker died).';
+
+CREATE OR REPLACE FUNCTION kb._fail_job(p_job_id bigint, p_error text, p_final boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_job  kb.job;
+  v_base double precision := coalesce(nullif(current_setting('kb.retry_base_seconds', true), '')::double precision, 2);
+  v_active bigint;
+BEGIN
+  SELECT * INTO v_job FROM kb.job WHERE id = p_job_id FOR UPDATE;
+  IF NOT FOUND OR v_job.status NOT IN ('running', 'queued') THEN
+    RETURN 'gone';
+  END IF;
+  SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = v_job.kb_id;
+  IF p_final OR v_job.attempts >= v_job.max_attempts THEN
+    UPDATE kb.job SET status = 'failed', last_error = p_error, finished_at = now(),
+                      locked_by = NULL, locked_until = NULL
+     WHERE id = p_job_id;
+    IF v_job.index_id = v_active THEN
+      UPDATE kb.document SET status = 'error', error = p_error, attempts = v_job.attempts,
+                             updated_at = now()
+       WHERE id = v_job.document_id;
+    ELSE
+      -- A reindex that cannot index one document fails whole; the old generation serves on.
+      UPDATE kb.kb_index SET status = 'failed',
+             error = format('document %s: %s', v_job.document_id, p_error)
+       WHERE id = v_job.index_id AND status = 'building';
+      UPDATE kb.job SET status = 'cancelled', finished_at = now(), last_error = 'reindex failed'
+       WHERE index_id = v_job.index_id AND status = 'queued';
+    END IF;
+    RETURN 'failed';
+  END IF;
+  UPDATE kb.job
+     SET status = 'queued', last_error = p_error, locked_by = NULL, locked_until = NULL,
+         run_after = now() + make_interval(secs => least(v_base * 2 ^ (v_job.attempts - 1), 600))
+   WHERE id = p_job_id;
+  IF v_job.index_id = v_active THEN
+    UPDATE kb.document SET status = 'pending', error = p_error, attempts = v_job.attempts,
+                           updated_at = now()
+     WHERE id = v_job.document_id;
+  END IF;
+  RETURN 'retry';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb.fail_job(job_id bigint, worker text, error text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM kb.job j WHERE j.id = job_id AND j.locked_by = worker) THEN
+    RETURN 'lost';
+  END IF;
+  RETURN kb._fail_job(job_id, left(error, 4000));
+END
+$$;
+COMMENT ON FUNCTION kb.fail_job(bigint, text, text) IS
+  'Records a job failure: queued again with exponential backoff (kb.retry_base_seconds, '
+  'default 2 s) until max_attempts, then failed, with the error on the job and the document.';
+
+CREATE OR REPLACE FUNCTION kb.process_job(job_id bigint, worker text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_job  kb.job;
+  v_doc  kb.document;
+  v_ix   kb.kb_index;
+  v_res  kb.indexing_result;
+  v_cfg  regconfig;
+  v_n    integer;
+  v_active bigint;
+BEGIN
+  -- The row lock is held until this transaction ends: while this backend works, no
+  -- other worker can claim the job, even if its lease runs out.
+  SELECT * INTO v_job FROM kb.job j WHERE j.id = process_job.job_id FOR UPDATE;
+  IF NOT FOUND OR v_job.status <> 'running' OR v_job.locked_by IS DISTINCT FROM worker THEN
+    RETURN 'lost';
+  END IF;
+  SELECT * INTO v_doc FROM kb.document WHERE id = v_job.document_id;
+  SELECT * INTO v_ix FROM kb.kb_index WHERE id = v_job.index_id;
+  IF v_ix.status NOT IN ('active', 'building') THEN
+    UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
+                      last_error = 'index generation ' || v_ix.status
+     WHERE id = v_job.id;
+    RETURN 'cancelled';
+  END IF;
+  v_cfg := (v_ix.indexing_config->>'text_search_config')::regconfig;
+
+  -- Compute first (slow, no shared locks held), then write (short).
+  v_res := kb._chunk_and_embed(v_doc.content, v_ix.indexing_config, v_doc.page_starts);
+
+  PERFORM 1 FROM kb.document WHERE id = v_doc.id AND content_hash = v_doc.content_hash FOR UPDATE;
+  IF NOT FOUND THEN
+    UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
+                      last_error = 'superseded by a newer version'
+     WHERE id = v_job.id;
+    RETURN 'superseded';
+  END IF;
+  DELETE FROM kb.chunk WHERE document_id = v_doc.id AND index_id = v_ix.id;
+  WITH payload AS (
+    SELECT c.*, to_tsvector(v_cfg, c.embed_text) AS tsv FROM unnest(v_res.chunks) c
+  ), ins AS (
+    INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, heading_path,
+                          page, char_start, char_end, metadata, tsv, doc_len)
+    SELECT v_ix.id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
+           p.char_start, p.char_end, v_doc.metadata, p.tsv,
+           (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
+              FROM unnest(p.tsv) u)
+    FROM payload p
+    RETURNING id, ordinal
+  )
+  INSERT INTO kb.embedding (chunk_id, index_id, embedding)
+  SELECT ins.id, v_ix.id, p.embedding::vector
+  FROM ins JOIN payload p USING (ordinal);
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+
+  UPDATE kb.job SET status = 'done', finished_at = now(), locked_by = NULL, locked_until = NULL,
+                    last_error = NULL
+   WHERE id = v_job.id;
+  SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = v_job.kb_id;
+  IF v_ix.id = v_active THEN
+    UPDATE kb.document
+       SET status = 'ready', error = NULL, chunk_count = v_n, attempts = v_job.attempts,
+           tokens_embedded = v_res.tokens, embedding_cost_usd = v_res.cost_usd,
+           indexed_at = now(), updated_at = now()
+     WHERE id = v_doc.id;
+  ELSE
+    PERFORM kb._maybe_activate(v_ix.id);
+  END IF;
+  RETURN 'done';
+END
+$$;
+COMMENT ON FUNCTION kb.process_job(bigint, text) IS
+  'Indexes the document of a claimed job in one transaction: chunk and embed (PL/Python), then '
+  'swap the document''s chunks, vectors and BM25 postings. Searches see the old chunks or the '
+  'new ones, never a mix.';
+
+CREATE OR REPLACE FUNCTION kb.queue_status()
+RETURNS TABLE (kb text, queued bigint, running bigint, failed bigint, done bigint,
+               oldest_queued_age interval, expired_leases bigint)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT k.name,
+         count(*) FILTER (WHERE j.status = 'queued'),
+         count(*) FILTER (WHERE j.status = 'running'),
+         count(*) FILTER (WHERE j.status = 'failed'),
+         count(*) FILTER (WHERE j.status = 'done'),
+         now() - min(j.created_at) FILTER (WHERE j.status = 'queued'),
+         count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now())
+  FROM kb.knowledge_base k LEFT JOIN kb.job j ON j.kb_id = k.id
+  GROUP BY k.name ORDER BY k.name
+$$;
+COMMENT ON FUNCTION kb.queue_status() IS
+  'Jobs per knowledge base and status, with the age of the oldest queued job: a stall shows.';
+
+CREATE OR REPLACE VIEW kb.document_status AS
+  SELECT k.name AS kb, d.id AS document_id, d.title, d.status, d.usage_mode, d.chunk_count,
+         d.attempts, d.error, d.tokens_embedded, d.embedding_cost_usd, d.source_uri,
+         d.created_at, d.updated_at, d.indexed_at
+  FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id;
+COMMENT ON VIEW kb.document_status IS 'Every document with its indexing status, per KB.';
+
+CREATE OR REPLACE VIEW kb.knowledge_base_usage AS
+  SELECT k.name AS kb, count(d.id) AS documents, coalesce(sum(d.chunk_count), 0) AS chunks,
+         coalesce(sum(d.tokens_embedded), 0) AS tokens_embedded,
+         sum(d.embedding_cost_usd) AS embedding_cost_usd
+  FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
+  GROUP BY k.name;
+COMMENT ON VIEW kb.knowledge_base_usage IS 'Tokens embedded and provider cost per KB.';

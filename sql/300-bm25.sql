@@ -1,0 +1,103 @@
+-- Okapi BM25 over tsvectors, as SQL building blocks and a top-k search.
+--
+--   score(d, q) = Σ_{t ∈ q} idf(t) · tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))
+--   idf(t)      = ln(1 + (N − df + 0.5) / (df + 0.5))
+--
+-- tf: positions of the lexeme in the chunk's tsvector; dl: all positions of the chunk;
+-- N, avgdl, df: over the chunks of the same index generation (kb.kb_index, kb.term_stat),
+-- kept exact by the triggers of 150-bm25-statistics.sql. Each distinct query lexeme counts once.
+
+CREATE OR REPLACE FUNCTION kb.bm25_idf(n_chunks double precision, df double precision)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT ln(1 + (n_chunks - df + 0.5) / (df + 0.5)) $$;
+COMMENT ON FUNCTION kb.bm25_idf(double precision, double precision) IS
+  'BM25 inverse document frequency: ln(1 + (N - df + 0.5) / (df + 0.5)).';
+
+CREATE OR REPLACE FUNCTION kb.bm25_tf(tf double precision, dl double precision,
+                                      avgdl double precision, k1 double precision DEFAULT 1.2,
+                                      b double precision DEFAULT 0.75)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)) $$;
+COMMENT ON FUNCTION kb.bm25_tf(double precision, double precision, double precision, double precision, double precision) IS
+  'BM25 term-frequency saturation: tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl)).';
+
+CREATE OR REPLACE FUNCTION kb.tsvector_length(tsv tsvector) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)::integer FROM unnest(tsv) u $$;
+COMMENT ON FUNCTION kb.tsvector_length(tsvector) IS
+  'BM25 document length: the number of positions in a tsvector.';
+
+CREATE OR REPLACE FUNCTION kb.query_lexemes(index_id bigint, query text) RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(array_agg(DISTINCT u.lexeme ORDER BY u.lexeme), '{}')
+  FROM kb.kb_index i, unnest(to_tsvector((i.indexing_config->>'text_search_config')::regconfig, query)) u
+  WHERE i.id = query_lexemes.index_id
+$$;
+COMMENT ON FUNCTION kb.query_lexemes(bigint, text) IS
+  'The distinct lexemes of a query under an index generation''s text search configuration.';
+
+CREATE OR REPLACE FUNCTION kb.bm25_score(index_id bigint, tsv tsvector, query text,
+                                         k1 double precision DEFAULT 1.2,
+                                         b double precision DEFAULT 0.75)
+RETURNS double precision
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  WITH ix AS (
+    SELECT n_chunks::double precision AS n,
+           total_len::double precision / greatest(n_chunks, 1) AS avgdl
+    FROM kb.kb_index WHERE id = bm25_score.index_id
+  )
+  SELECT coalesce(sum(kb.bm25_idf(ix.n, ts.df)
+                      * kb.bm25_tf(coalesce(array_length(u.positions, 1), 1),
+                                   kb.tsvector_length(bm25_score.tsv), ix.avgdl, k1, b)), 0)
+  FROM ix, unnest(bm25_score.tsv) u
+  JOIN kb.term_stat ts ON ts.index_id = bm25_score.index_id AND ts.lexeme = u.lexeme
+  WHERE u.lexeme = ANY (kb.query_lexemes(bm25_score.index_id, query))
+$$;
+COMMENT ON FUNCTION kb.bm25_score(bigint, tsvector, text, double precision, double precision) IS
+  'BM25 score of one tsvector for a query against an index generation''s corpus statistics.';
+
+CREATE OR REPLACE FUNCTION kb.bm25_search(index_id bigint, query text, top_k integer DEFAULT 10,
+                                          k1 double precision DEFAULT 1.2,
+                                          b double precision DEFAULT 0.75,
+                                          filter jsonb DEFAULT NULL)
+RETURNS TABLE (chunk_id bigint, score double precision)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- Scores come from the postings alone (an index-only scan of posting_covering_idx);
+  -- the formula is written out rather than calling bm25_idf/bm25_tf per posting.
+  WITH ix AS (
+    SELECT n_chunks::double precision AS n,
+           total_len::double precision / greatest(n_chunks, 1) AS avgdl
+    FROM kb.kb_index WHERE id = bm25_search.index_id
+  ), terms AS (
+    SELECT ts.lexeme, ln(1 + (ix.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf
+    FROM ix, kb.term_stat ts
+    WHERE ts.index_id = bm25_search.index_id
+      AND ts.lexeme = ANY (kb.query_lexemes(bm25_search.index_id, query))
+  ), scored AS (
+    SELECT p.chunk_id,
+           sum(t.idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / ix.avgdl))) AS score
+    FROM terms t
+    JOIN kb.posting p ON p.index_id = bm25_search.index_id AND p.lexeme = t.lexeme
+    CROSS JOIN ix
+    GROUP BY p.chunk_id
+  )
+  SELECT s.chunk_id, s.score FROM scored s
+  WHERE filter IS NULL
+     OR EXISTS (SELECT 1 FROM kb.chunk c WHERE c.id = s.chunk_id AND c.metadata @> filter)
+  ORDER BY s.score DESC, s.chunk_id
+  LIMIT top_k
+$$;
+COMMENT ON FUNCTION kb.bm25_search(bigint, text, integer, double precision, double precision, jsonb) IS
+  'Top chunks of an index generation by Okapi BM25 (exact corpus statistics), optionally '
+  'restricted to chunks whose metadata contains filter.';

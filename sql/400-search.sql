@@ -1,0 +1,304 @@
+-- Retrieval: vector (HNSW), full_text (BM25), hybrid (weighted RRF), optional rerank.
+
+CREATE OR REPLACE FUNCTION kb.vector_search(index_id bigint, query_embedding real[],
+                                            top_k integer DEFAULT 10, filter jsonb DEFAULT NULL,
+                                            ef_search integer DEFAULT 100)
+RETURNS TABLE (chunk_id bigint, similarity double precision)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_dim    integer;
+  v_typ    text;
+  v_old_ef text := current_setting('hnsw.ef_search', true);
+  v_old_it text := current_setting('hnsw.iterative_scan', true);
+BEGIN
+  SELECT i.embedding_dim INTO v_dim FROM kb.kb_index i WHERE i.id = vector_search.index_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'index generation % does not exist', index_id USING ERRCODE = 'no_data_found';
+  END IF;
+  IF coalesce(array_length(query_embedding, 1), 0) <> v_dim THEN
+    RAISE EXCEPTION 'query vector has % dimensions but the knowledge base stores % dimensions',
+      coalesce(array_length(query_embedding, 1), 0), v_dim
+      USING ERRCODE = 'data_exception', HINT = 'embed the query with the knowledge base''s model';
+  END IF;
+  v_typ := kb._vector_type(v_dim);
+  -- Iterative scans keep a filtered HNSW search going until top_k rows pass the filter.
+  PERFORM set_config('hnsw.ef_search', greatest(ef_search, top_k)::text, true);
+  PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
+  RETURN QUERY EXECUTE format($q$
+    WITH nn AS MATERIALIZED (
+      SELECT e.chunk_id, e.embedding::%1$s(%2$s) <=> $1::%1$s(%2$s) AS dist
+      FROM kb.embedding e %4$s
+      WHERE e.index_id = %3$s %5$s
+      ORDER BY e.embedding::%1$s(%2$s) <=> $1::%1$s(%2$s)
+      LIMIT $2)
+    SELECT nn.chunk_id, 1 - nn.dist FROM nn ORDER BY nn.dist, nn.chunk_id$q$,
+    v_typ, v_dim, index_id,
+    CASE WHEN filter IS NOT NULL THEN 'JOIN kb.chunk c ON c.id = e.chunk_id' ELSE '' END,
+    CASE WHEN filter IS NOT NULL THEN 'AND c.metadata @> $3' ELSE '' END)
+  USING query_embedding::vector, top_k, filter;
+  PERFORM set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
+  PERFORM set_config('hnsw.iterative_scan', coalesce(v_old_it, 'off'), true);
+END
+$$;
+COMMENT ON FUNCTION kb.vector_search(bigint, real[], integer, jsonb, integer) IS
+  'Nearest chunks of an index generation by cosine similarity through its HNSW index, with '
+  'iterative scans so a metadata filter still yields top_k rows when they exist.';
+
+CREATE OR REPLACE FUNCTION kb.rrf_fuse(ranks integer[], weights double precision[],
+                                       k double precision DEFAULT 60)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(sum(w / (k + r)), 0)
+  FROM unnest(ranks, weights) AS u(r, w) WHERE r IS NOT NULL
+$$;
+COMMENT ON FUNCTION kb.rrf_fuse(integer[], double precision[], double precision) IS
+  'Weighted Reciprocal Rank Fusion: Σ weight_i / (k + rank_i) over the lists a result is in.';
+
+DO $$
+BEGIN
+  IF to_regtype('kb.search_stage') IS NULL THEN
+    CREATE TYPE kb.search_stage AS (
+      chunk_id bigint, vector_rank integer, vector_score double precision,
+      bm25_rank integer, bm25_score double precision, fused_rank integer,
+      fused_score double precision, rerank_rank integer, rerank_score double precision
+    );
+  END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb._search_core(
+    p_kb text, p_query text, p_overrides jsonb)
+RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
+               vector_rank integer, vector_score double precision,
+               bm25_rank integer, bm25_score double precision,
+               fused_rank integer, fused_score double precision,
+               rerank_rank integer, rerank_score double precision,
+               method text, note text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb     kb.knowledge_base;
+  v_ix     kb.kb_index;
+  v_prep   kb.prepared_query;
+  v_cfg    jsonb;
+  v_method text;
+  v_top    integer;
+  v_depth  integer;
+  v_filter jsonb;
+  v_w      double precision;
+  v_thr    double precision;
+  v_rerank boolean;
+  v_ncand  integer;
+  v_rows   kb.search_stage[];
+  v_docs   text[];
+  v_scores double precision[];
+BEGIN
+  v_kb := kb._get_kb(p_kb);
+  IF p_query IS NULL OR btrim(p_query) = '' THEN
+    RAISE EXCEPTION 'query must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF length(p_query) > 32768 THEN
+    RAISE EXCEPTION 'query is % characters; the limit is 32768', length(p_query)
+      USING ERRCODE = 'program_limit_exceeded';
+  END IF;
+  v_ix := kb._active_index(v_kb);
+  v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);
+  v_cfg := v_prep.config;
+  v_method := v_cfg->>'method';
+  v_top := (v_cfg->>'top_k')::integer;
+  v_filter := CASE WHEN jsonb_typeof(v_cfg->'filter') = 'object' THEN v_cfg->'filter' END;
+  v_w := CASE WHEN v_prep.embedding IS NULL THEN 0  -- provider down: BM25 carries all
+              ELSE (v_cfg->>'vector_weight')::double precision END;
+  v_thr := (v_cfg->>'similarity_threshold')::double precision;
+  v_rerank := (v_cfg->>'rerank')::boolean;
+  v_ncand := (v_cfg->>'candidate_count')::integer;
+  v_depth := CASE WHEN v_method = 'hybrid' THEN greatest((v_cfg->>'fusion_depth')::integer, v_top)
+                  ELSE v_top END;
+  IF v_rerank THEN
+    v_depth := greatest(v_depth, v_ncand);
+  END IF;
+
+  v_rows := ARRAY(
+    WITH v AS (
+      SELECT x.chunk_id, x.similarity,
+             row_number() OVER (ORDER BY x.similarity DESC, x.chunk_id)::integer AS rn
+      FROM kb.vector_search(v_ix.id, v_prep.embedding, v_depth, v_filter,
+                            (v_cfg->>'ef_search')::integer) x
+      WHERE v_method IN ('vector', 'hybrid') AND v_prep.embedding IS NOT NULL
+    ), t AS (
+      SELECT x.chunk_id, x.score,
+             row_number() OVER (ORDER BY x.score DESC, x.chunk_id)::integer AS rn
+      FROM kb.bm25_search(v_ix.id, p_query, v_depth, (v_cfg->>'bm25_k1')::double precision,
+                          (v_cfg->>'bm25_b')::double precision, v_filter) x
+      WHERE v_method IN ('full_text', 'hybrid')
+    ), f AS (
+      SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.rn AS vrank, v.similarity AS vscore,
+             t.rn AS trank, t.score AS tscore,
+             CASE v_method
+               WHEN 'vector' THEN v.similarity
+               WHEN 'full_text' THEN t.score
+               ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn], ARRAY[v_w, 1 - v_w],
+                                (v_cfg->>'rrf_k')::double precision)
+             END AS fused
+      FROM v FULL JOIN t ON t.chunk_id = v.chunk_id
+    ), g AS (
+      -- BM25-only candidates still get their cosine similarity (for thresholds, explain).
+      SELECT f.chunk_id, f.vrank,
+             coalesce(f.vscore, CASE WHEN v_prep.embedding IS NOT NULL
+                                     THEN 1 - (e.embedding <=> v_prep.embedding::vector) END) AS vscore,
+             f.trank, f.tscore, f.fused
+      FROM f LEFT JOIN kb.embedding e ON f.vscore IS NULL AND e.chunk_id = f.chunk_id
+    )
+    SELECT ROW(g.chunk_id, g.vrank, g.vscore, g.trank, g.tscore,
+               row_number() OVER (ORDER BY g.fused DESC, g.chunk_id), g.fused,
+               NULL, NULL)::kb.search_stage
+    FROM g
+    WHERE v_thr IS NULL OR v_prep.embedding IS NULL OR g.vscore >= v_thr
+    ORDER BY g.fused DESC, g.chunk_id
+    LIMIT CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END);
+
+  IF v_rerank AND cardinality(v_rows) > 0 THEN
+    v_rows := v_rows[1:v_ncand];
+    v_docs := ARRAY(SELECT c.content FROM unnest(v_rows) WITH ORDINALITY r(cid) JOIN kb.chunk c
+                      ON c.id = (r.cid).chunk_id ORDER BY r.ordinality);
+    v_scores := kb._rerank(v_cfg, p_query, v_docs);
+    v_rows := ARRAY(
+      SELECT ROW(r.chunk_id, r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score,
+                 r.fused_rank, r.fused_score,
+                 row_number() OVER (ORDER BY u.s DESC, r.fused_rank), u.s)::kb.search_stage
+      FROM unnest(v_rows) WITH ORDINALITY r JOIN unnest(v_scores) WITH ORDINALITY u(s, i)
+        ON u.i = r.ordinality
+      WHERE u.s >= coalesce((v_cfg->>'rerank_threshold')::double precision, '-Infinity')
+      ORDER BY u.s DESC, r.fused_rank);
+  END IF;
+
+  RETURN QUERY
+  WITH r AS (
+    SELECT x.*, row_number() OVER (ORDER BY coalesce(x.rerank_rank, x.fused_rank))::integer AS fr,
+           max(x.fused_score) OVER () AS top_fused
+    FROM unnest(v_rows) x
+  )
+  SELECT r.chunk_id, r.fr,
+         CASE WHEN r.rerank_score IS NOT NULL THEN r.rerank_score
+              WHEN v_method = 'hybrid' THEN r.fused_score / nullif(r.top_fused, 0)
+              ELSE r.fused_score END,
+         r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score, r.fused_rank,
+         CASE WHEN v_method = 'hybrid' THEN r.fused_score / nullif(r.top_fused, 0)
+              ELSE r.fused_score END,
+         r.rerank_rank, r.rerank_score, v_method, v_prep.note
+  FROM r WHERE r.fr <= v_top ORDER BY r.fr;
+END
+$$;
+COMMENT ON FUNCTION kb._search_core(text, text, jsonb) IS
+  'Internal: every stage of a search (vector, BM25, fusion, rerank) for kb.search and kb.explain_search.';
+
+CREATE OR REPLACE FUNCTION kb._overrides(
+    top_k integer, method text, filter jsonb, vector_weight double precision,
+    rrf_k double precision, fusion_depth integer, similarity_threshold double precision,
+    rerank boolean, candidate_count integer, rerank_threshold double precision,
+    k1 double precision, b double precision, ef_search integer, options jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF options IS NOT NULL AND jsonb_typeof(options) <> 'object' THEN
+    RAISE EXCEPTION 'options must be a JSON object of retrieval_config fields'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF filter IS NOT NULL AND jsonb_typeof(filter) <> 'object' THEN
+    RAISE EXCEPTION 'filter must be a JSON object (metadata it must contain), not a %', jsonb_typeof(filter)
+      USING ERRCODE = 'invalid_parameter_value', HINT = 'e.g. {"category": "billing"}';
+  END IF;
+  RETURN coalesce(options, '{}') || jsonb_strip_nulls(jsonb_build_object(
+    'top_k', top_k, 'method', method, 'filter', filter, 'vector_weight', vector_weight,
+    'rrf_k', rrf_k, 'fusion_depth', fusion_depth, 'similarity_threshold', similarity_threshold,
+    'rerank', rerank, 'candidate_count', candidate_count, 'rerank_threshold', rerank_threshold,
+    'bm25_k1', k1, 'bm25_b', b, 'ef_search', ef_search));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb.search(
+    kb text,
+    query text,
+    top_k integer DEFAULT NULL,
+    method text DEFAULT NULL,
+    filter jsonb DEFAULT NULL,
+    vector_weight double precision DEFAULT NULL,
+    rrf_k double precision DEFAULT NULL,
+    fusion_depth integer DEFAULT NULL,
+    similarity_threshold double precision DEFAULT NULL,
+    rerank boolean DEFAULT NULL,
+    candidate_count integer DEFAULT NULL,
+    rerank_threshold double precision DEFAULT NULL,
+    k1 double precision DEFAULT NULL,
+    b double precision DEFAULT NULL,
+    ef_search integer DEFAULT NULL,
+    options jsonb DEFAULT NULL
+) RETURNS TABLE (rank integer, chunk_id bigint, document_id bigint, title text, content text,
+                 score double precision, heading_path text[], page integer, metadata jsonb,
+                 source_uri text, char_start integer, char_end integer,
+                 vector_score double precision, bm25_score double precision,
+                 rerank_score double precision, note text)
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT s.final_rank, s.chunk_id, d.id, d.title, c.content, s.score, c.heading_path, c.page,
+         d.metadata, d.source_uri, c.char_start, c.char_end, s.vector_score, s.bm25_score,
+         s.rerank_score, s.note
+  FROM kb._search_core(kb, query, kb._overrides(top_k, method, filter, vector_weight, rrf_k,
+         fusion_depth, similarity_threshold, rerank, candidate_count, rerank_threshold, k1, b,
+         ef_search, options)) s
+  JOIN kb.chunk c ON c.id = s.chunk_id
+  JOIN kb.document d ON d.id = c.document_id
+  ORDER BY s.final_rank
+$$;
+COMMENT ON FUNCTION kb.search(text, text, integer, text, jsonb, double precision, double precision, integer, double precision, boolean, integer, double precision, double precision, double precision, integer, jsonb) IS
+  'Searches a knowledge base. method: hybrid (default; weighted RRF of vector and BM25, score '
+  'normalised so the best is 1), vector (score = cosine similarity) or full_text (score = BM25). '
+  'Every retrieval_config field can be overridden by a named parameter or in options; filter '
+  'keeps chunks whose document metadata contains it. note says when a channel was unavailable.';
+
+CREATE OR REPLACE FUNCTION kb.explain_search(
+    kb text,
+    query text,
+    top_k integer DEFAULT NULL,
+    method text DEFAULT NULL,
+    filter jsonb DEFAULT NULL,
+    vector_weight double precision DEFAULT NULL,
+    rrf_k double precision DEFAULT NULL,
+    fusion_depth integer DEFAULT NULL,
+    similarity_threshold double precision DEFAULT NULL,
+    rerank boolean DEFAULT NULL,
+    candidate_count integer DEFAULT NULL,
+    rerank_threshold double precision DEFAULT NULL,
+    k1 double precision DEFAULT NULL,
+    b double precision DEFAULT NULL,
+    ef_search integer DEFAULT NULL,
+    options jsonb DEFAULT NULL
+) RETURNS TABLE (final_rank integer, chunk_id bigint, title text, score double precision,
+                 vector_rank integer, vector_score double precision,
+                 bm25_rank integer, bm25_score double precision,
+                 fused_rank integer, fused_score double precision,
+                 rerank_rank integer, rerank_score double precision, method text, note text)
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT s.final_rank, s.chunk_id, d.title, s.score, s.vector_rank, s.vector_score,
+         s.bm25_rank, s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score,
+         s.method, s.note
+  FROM kb._search_core(kb, query, kb._overrides(top_k, method, filter, vector_weight, rrf_k,
+         fusion_depth, similarity_threshold, rerank, candidate_count, rerank_threshold, k1, b,
+         ef_search, options)) s
+  JOIN kb.chunk c ON c.id = s.chunk_id
+  JOIN kb.document d ON d.id = c.document_id
+  ORDER BY s.final_rank
+$$;
+COMMENT ON FUNCTION kb.explain_search(text, text, integer, text, jsonb, double precision, double precision, integer, double precision, boolean, integer, double precision, double precision, double precision, integer, jsonb) IS
+  'Like kb.search, with each result''s rank and score in every stage: vector, BM25, fusion '
+  '(normalised), rerank. NULL where a stage did not see the chunk.';
