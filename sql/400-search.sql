@@ -164,8 +164,8 @@ BEGIN
 
   IF v_rerank AND cardinality(v_rows) > 0 THEN
     v_rows := v_rows[1:v_ncand];
-    v_docs := ARRAY(SELECT c.content FROM unnest(v_rows) WITH ORDINALITY r(cid) JOIN kb.chunk c
-                      ON c.id = (r.cid).chunk_id ORDER BY r.ordinality);
+    v_docs := ARRAY(SELECT c.content FROM unnest(v_rows) WITH ORDINALITY AS r
+                      JOIN kb.chunk c ON c.id = r.chunk_id ORDER BY r.ordinality);
     v_scores := kb._rerank(v_cfg, p_query, v_docs);
     v_rows := ARRAY(
       SELECT ROW(r.chunk_id, r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score,

@@ -1,0 +1,43 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from kbpg.client import Client
+from tests.fakeprovider import FakeProvider
+
+
+def remote_config(provider: FakeProvider, **extra: Any) -> dict[str, Any]:
+    """An indexing_config embedding through the fake provider over real HTTP."""
+    return {
+        "embedding_model": "openai/fake-embed",
+        "embedding_dimensions": provider.dim,
+        "api_base": provider.url + "/v1",
+        "api_key_name": "FAKE_KEY",
+        "max_retries": 3,
+        **extra,
+    }
+
+
+def allow_fake_key(conn: psycopg.Connection[Any]) -> None:
+    """Give every new session of this test database the fake provider's key."""
+    db = conn.execute("SELECT current_database()").fetchone()[0]
+    conn.execute(sql.SQL("ALTER DATABASE {} SET kb.fake_key = 'test-key'").format(sql.Identifier(db)))
+
+
+def remote_kb(client: Client, conn: psycopg.Connection[Any], provider: FakeProvider, name: str,
+              retrieval: dict[str, Any] | None = None, **extra: Any) -> None:
+    allow_fake_key(conn)
+    client.create_knowledge_base(name, remote_config(provider, **extra), retrieval or {})
+    # The client's own session predates ALTER DATABASE: give it the key too.
+    client.conn.execute("SET kb.fake_key = 'test-key'")
+
+
+def run_worker(dsn: str, concurrency: int = 1, **kwargs: Any) -> Any:
+    from kbpg.worker import Worker
+
+    return Worker(dsn, concurrency=concurrency, once=True, poll_interval=0.1, **kwargs).run()
