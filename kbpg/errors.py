@@ -33,7 +33,7 @@ class DocumentError(KbpgError):
 
 
 class ProviderError(KbpgError):
-    """An embedding or rerank provider failed (58000)."""
+    """An embedding or rerank provider failed (SQLSTATE KB001, ours)."""
 
 
 class ClusterError(KbpgError):
@@ -47,9 +47,14 @@ _BY_SQLSTATE: dict[str, type[KbpgError]] = {
     "22004": ConfigError,
     "54000": DocumentError,
     "22000": DocumentError,
-    "58000": ProviderError,
+    "KB001": ProviderError,
     "55006": ConfigError,
 }
+
+
+def clean_message(message: str) -> str:
+    """PL/Python prefixes errors raised with plpy.error by ``plpy.Error: ``; drop it."""
+    return message[len("plpy.Error: "):] if message.startswith("plpy.Error: ") else message
 
 
 def from_db(exc: BaseException) -> KbpgError:
@@ -64,4 +69,4 @@ def from_db(exc: BaseException) -> KbpgError:
         message = getattr(exc, "message", None) or str(exc)
         detail, hint = getattr(exc, "detail", None), getattr(exc, "hint", None)
     cls = _BY_SQLSTATE.get(state or "", KbpgError)
-    return cls(message, sqlstate=state, detail=detail, hint=hint)
+    return cls(clean_message(message), sqlstate=state, detail=detail, hint=hint)

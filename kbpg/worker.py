@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbpg.errors import clean_message
+
 log = logging.getLogger("kbpg.worker")
 
 CHANNEL = "kbpg_jobs"
@@ -171,11 +173,11 @@ class Worker:
         t0 = time.monotonic()
         try:
             outcome = conn.execute("SELECT kb.process_job(%s, %s)", (job_id, worker_id)).fetchone()[0]
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as exc:
+            if conn.broken or conn.closed:
+                raise psycopg.OperationalError(str(exc)) from exc
             seconds = time.monotonic() - t0
-            message = (exc.diag.message_primary or str(exc)).strip()
+            message = clean_message((exc.diag.message_primary or str(exc)).strip())
             if exc.diag.message_detail:
                 message += f" ({exc.diag.message_detail})"
             verdict = conn.execute(

@@ -57,7 +57,7 @@ except ImportError as exc:
     plpy.error("kbpg's PL/Python package is not importable: %s" % exc,
                detail="kb.python_path is %r" % path,
                hint="run `make setup`, or set kb.python_path to the folder holding kbpg_db",
-               sqlstate="58000")
+               sqlstate="KB001")
 GD["kbpg_ready"] = True
 $$;
 COMMENT ON FUNCTION kb.python_init() IS

@@ -13,7 +13,7 @@ from typing import Any
 
 INVALID_PARAMETER = "22023"  # invalid_parameter_value
 DATA_EXCEPTION = "22000"
-EXTERNAL_FAILURE = "58000"  # system_error: a provider or model failed
+EXTERNAL_FAILURE = "KB001"  # ours: a provider or model failed (class 58 reads as a lost connection)
 
 
 def _json(value: Any) -> Any:
