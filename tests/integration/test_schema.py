@@ -1,0 +1,87 @@
+"""The schema: SQL files parse, migrations are immutable, fresh == step-by-step."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pglast
+import psycopg
+import pytest
+from pytest_postgresql.janitor import DatabaseJanitor
+
+from kbpg.cluster import Cluster
+from kbpg.errors import KbpgError
+from kbpg.migrate import Script, migrate, migrations_dir, scripts, sql_dir
+
+ALL_SQL = sorted([*sql_dir().glob("*.sql"), *migrations_dir().glob("*.sql")])
+
+
+@pytest.mark.parametrize("path", ALL_SQL, ids=lambda p: p.name)
+def test_sql_files_parse(path: Path) -> None:
+    statements = pglast.parse_sql(path.read_text())
+    assert statements, f"{path.name} holds no statement"
+
+
+def test_sql_files_are_idempotent_definitions() -> None:
+    for path in sql_dir().glob("*.sql"):
+        for stmt in pglast.parse_sql(path.read_text()):
+            node = stmt.stmt
+            kind = type(node).__name__
+            if kind == "CreateFunctionStmt":
+                assert node.replace, f"{path.name}: CREATE FUNCTION without OR REPLACE"
+            assert kind not in ("CreateStmt", "AlterTableStmt"), f"{path.name}: table DDL belongs in migrations/"
+
+
+def _dump(cluster: Cluster, db: str) -> str:
+    out = subprocess.run(
+        [str(cluster.bindir / "pg_dump"), "--schema-only", "--schema=kb", "--no-owner",
+         "-h", str(cluster.run_dir), "-p", str(cluster.port), "-U", "postgres", db],
+        capture_output=True, text=True, check=True).stdout
+    return "\n".join(line for line in out.splitlines()
+                     if not line.startswith(("--", "\\restrict", "\\unrestrict")))
+
+
+def _new_db(cluster: Cluster, name: str) -> DatabaseJanitor:
+    janitor = DatabaseJanitor(user="postgres", host=str(cluster.run_dir), port=cluster.port,
+                              dbname=name)
+    janitor.init()
+    return janitor
+
+
+def test_fresh_install_equals_step_by_step(cluster: Cluster) -> None:
+    fresh, steps = _new_db(cluster, "schema_fresh"), _new_db(cluster, "schema_steps")
+    try:
+        with psycopg.connect(cluster.dsn("schema_fresh"), autocommit=True) as conn:
+            migrate(conn)
+        with psycopg.connect(cluster.dsn("schema_steps"), autocommit=True) as conn:
+            for script in scripts(migrations_dir()):
+                applied = migrate(conn, upto=script.name)  # each release's upgrade in turn
+                assert script.name in applied
+            names = {m.name for m in scripts(migrations_dir())}
+            assert not names & set(migrate(conn))  # nothing left to run twice
+        assert _dump(cluster, "schema_fresh") == _dump(cluster, "schema_steps")
+    finally:
+        fresh.drop()
+        steps.drop()
+
+
+def test_changed_migration_is_an_error(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert not {m.name for m in scripts(migrations_dir())} & set(migrate(conn))
+        changed = [Script(s.name, s.body + "\n-- edited") for s in scripts(migrations_dir())]
+        with pytest.raises(KbpgError, match=f"migration {changed[0].name} was changed"):
+            migrate(conn, migrations=changed)
+        recorded = conn.execute("SELECT count(*) FROM kb.migration").fetchone()[0]
+        assert recorded == len(changed)
+
+
+def test_functions_pin_search_path_and_are_documented(conn: psycopg.Connection) -> None:
+    rows = conn.execute(
+        "SELECT p.proname, p.proconfig, obj_description(p.oid, 'pg_proc') "
+        "FROM pg_proc p WHERE p.pronamespace = 'kb'::regnamespace").fetchall()
+    assert len(rows) > 30
+    for name, config, comment in rows:
+        assert config and any(c.startswith("search_path=kb") for c in config), name
+        if not name.startswith("_"):
+            assert comment, f"kb.{name} has no COMMENT"
