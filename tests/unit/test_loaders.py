@@ -1,0 +1,93 @@
+"""File loading and its errors: every bad file says what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pymupdf
+import pytest
+
+from kbpg.errors import DocumentError
+from kbpg.loaders import discover, load_file
+
+
+def pdf(path: Path, pages: list[str], password: str | None = None) -> Path:
+    doc = pymupdf.open()
+    for text in pages:
+        page = doc.new_page()
+        if text:
+            page.insert_text((72, 72), text)
+    if password:
+        doc.save(path, encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw=password, owner_pw=password)
+    else:
+        doc.save(path)
+    return path
+
+
+def test_text_and_pdf(tmp_path: Path) -> None:
+    md = tmp_path / "a.md"
+    md.write_text("# Title\r\nbody\r\n")
+    doc = load_file(md, root=tmp_path, metadata={"category": "x"})
+    assert (doc.title, doc.content, doc.metadata["category"]) == ("a.md", "# Title\nbody\n", "x")
+    p = load_file(pdf(tmp_path / "b.pdf", ["page one", "page two"]))
+    assert p.page_starts == [0, len("page one") + 2]
+    assert p.content.split("\n\n") == ["page one", "page two"]
+    assert p.metadata["pages"] == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("empty.md", b"", "is empty"),
+        ("blank.txt", b"  \n\n ", "has no text"),
+        ("latin1.txt", "café".encode("latin-1"), "not valid UTF-8"),
+        ("nul.md", b"text\x00more", "NUL bytes"),
+        ("garbage.md", bytes(range(256)) * 10, "NUL bytes|not valid UTF-8"),
+        ("garbage.pdf", b"this is not a pdf at all", "cannot be opened as a PDF"),
+        ("truncated.pdf", b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog", "cannot be opened|damaged|no extractable"),
+        ("file.docx", b"PK\x03\x04", "unsupported file type .docx"),
+    ],
+)
+def test_bad_files(tmp_path: Path, name: str, data: bytes, message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(DocumentError, match=message):
+        load_file(path)
+
+
+def test_pdf_without_text_and_encrypted(tmp_path: Path) -> None:
+    with pytest.raises(DocumentError, match="no extractable text"):
+        load_file(pdf(tmp_path / "scan.pdf", ["", ""]))
+    with pytest.raises(DocumentError, match="encrypted"):
+        load_file(pdf(tmp_path / "secret.pdf", ["hidden"], password="pw"))
+
+
+def test_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KBPG_MAX_FILE_BYTES", "1000")
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a" * 1001)
+    with pytest.raises(DocumentError, match="1001 bytes; the limit is 1000"):
+        load_file(big)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(DocumentError, match="cannot be read"):
+        load_file(tmp_path / "nope.md")
+
+
+def test_discover_walks_folders(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.md").write_text("x")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "b.md").write_text("x")
+    (tmp_path / "c.bin").write_text("x")
+    found = discover([tmp_path])
+    assert [f.name for f, _ in found] == ["a.md"]
+
+
+def test_a_100_mb_file_is_refused_clearly(tmp_path: Path) -> None:
+    big = tmp_path / "huge.md"
+    with big.open("wb") as f:
+        f.truncate(100 * 1024 * 1024)
+    with pytest.raises(DocumentError, match="104857600 bytes; the limit is 52428800"):
+        load_file(big)
