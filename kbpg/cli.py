@@ -99,8 +99,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     if not args.dsn:
         cluster = Cluster.default()
-        state = "running" if cluster.running() else (
-            "stopped" if cluster.initialized else "not created (kbpg up creates it)")
+        state = (
+            "running"
+            if cluster.running()
+            else ("stopped" if cluster.initialized else "not created (kbpg up creates it)")
+        )
         print(f"embedded cluster: {state}  ({cluster.home})")
         if not cluster.running():
             return 0 if not cluster.initialized else 1
@@ -135,15 +138,19 @@ def cmd_kb_show(args: argparse.Namespace) -> int:
     with _client(args) as client:
         kb = client.knowledge_base(args.name)
         docs = client.document_status(args.name)
-    print(f"knowledge base {kb['name']!r}: model {kb['embedding_model']} ({kb['embedding_dim']} dims)")
+    print(
+        f"knowledge base {kb['name']!r}: model {kb['embedding_model']} ({kb['embedding_dim']} dims)"
+    )
     print("indexing_config:  " + json.dumps(kb["indexing_config"], sort_keys=True))
     print("retrieval_config: " + json.dumps(kb["retrieval_config"], sort_keys=True))
     counts: dict[str, int] = {}
     for d in docs:
         counts[d["status"]] = counts.get(d["status"], 0) + 1
     print("documents: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
-    _print_table(docs, ["document_id", "title", "status", "chunk_count", "attempts",
-                        "tokens_embedded", "error"])
+    _print_table(
+        docs,
+        ["document_id", "title", "status", "chunk_count", "attempts", "tokens_embedded", "error"],
+    )
     return 0
 
 
@@ -158,8 +165,10 @@ def cmd_kb_reindex(args: argparse.Namespace) -> int:
     icfg = _json_arg(args.indexing_config, "--indexing-config")
     with _client(args) as client:
         ix = client.reindex_knowledge_base(args.name, icfg)
-    print(f"reindex of {args.name!r} queued as generation {ix}; searches use the old one "
-          "until it is complete")
+    print(
+        f"reindex of {args.name!r} queued as generation {ix}; searches use the old one "
+        "until it is complete"
+    )
     return 0
 
 
@@ -220,8 +229,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    options: dict[str, Any] = {"top_k": args.top_k, "method": args.method,
-                               "filter": _json_arg(args.filter, "--filter")}
+    options: dict[str, Any] = {
+        "top_k": args.top_k,
+        "method": args.method,
+        "filter": _json_arg(args.filter, "--filter"),
+    }
     if args.category:
         options["filter"] = {**(options["filter"] or {}), "category": args.category}
     if args.rerank:
@@ -245,8 +257,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_context(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        ctx = client.build_context(args.kb, args.query, token_budget=args.budget,
-                                   relevance_threshold=args.threshold)
+        ctx = client.build_context(
+            args.kb, args.query, token_budget=args.budget, relevance_threshold=args.threshold
+        )
     if not ctx["has_relevant"]:
         print(f"(no relevant knowledge) {ctx['fallback']}")
     print(ctx["context"])
@@ -257,8 +270,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from kbpg.db import resolve_dsn
     from kbpg.worker import Worker
 
-    worker = Worker(resolve_dsn(args.dsn), concurrency=args.concurrency, once=args.once,
-                    lease_seconds=args.lease, poll_interval=args.poll)
+    worker = Worker(
+        resolve_dsn(args.dsn),
+        concurrency=args.concurrency,
+        once=args.once,
+        lease_seconds=args.lease,
+        poll_interval=args.poll,
+    )
     worker.install_signal_handlers()
     stats = worker.run()
     print(f"worker stopped: {stats.done} done, {stats.failed} failed, {stats.retried} retried")
@@ -285,17 +303,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbpg", description="A knowledge base inside PostgreSQL.")
-    p.add_argument("--dsn", help="libpq connection string (default: KBPG_DSN, PG* variables, "
-                                 "else the embedded cluster)")
+    p.add_argument(
+        "--dsn",
+        help="libpq connection string (default: KBPG_DSN, PG* variables, "
+        "else the embedded cluster)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sub.add_parser("up", help="create/start the embedded cluster and apply the schema"
-                   ).set_defaults(func=cmd_up)
+    sub.add_parser(
+        "up", help="create/start the embedded cluster and apply the schema"
+    ).set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the embedded cluster").set_defaults(func=cmd_down)
     sub.add_parser("status", help="cluster state and the job queue").set_defaults(func=cmd_status)
     sub.add_parser("dsn", help="print a connection string psql accepts").set_defaults(func=cmd_dsn)
-    sub.add_parser("migrate", help="apply migrations and SQL functions").set_defaults(func=cmd_migrate)
+    sub.add_parser("migrate", help="apply migrations and SQL functions").set_defaults(
+        func=cmd_migrate
+    )
 
     kb = sub.add_parser("kb", help="manage knowledge bases")
     kbs = kb.add_subparsers(dest="kb_command", required=True, metavar="ACTION")
@@ -366,8 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--top-k", dest="top_k", type=int, default=100)
     e.add_argument("--json", action="store_true")
     e.add_argument("--concurrency", type=int, default=2)
-    e.add_argument("--option", action="append", metavar="KEY=JSON",
-                   help="extra kb.search option, e.g. fusion_depth=200")
+    e.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=JSON",
+        help="extra kb.search option, e.g. fusion_depth=200",
+    )
     e.set_defaults(func=cmd_eval)
 
     b = sub.add_parser("bench", help="benchmarks (quality, speed, scale)")
@@ -376,8 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", help="comma-separated groups: quality,bm25,hybrid,hnsw,ingest,startup")
     b.set_defaults(func=cmd_bench)
 
-    sub.add_parser("demo", help="index the sample corpus and run a few searches"
-                   ).set_defaults(func=cmd_demo)
+    sub.add_parser("demo", help="index the sample corpus and run a few searches").set_defaults(
+        func=cmd_demo
+    )
     return p
 
 

@@ -15,13 +15,31 @@ from kbpg.errors import ConfigError, from_db
 from kbpg.loaders import LoadedDocument, load_file
 
 SEARCH_OPTIONS = (
-    "top_k", "method", "filter", "vector_weight", "rrf_k", "fusion_depth",
-    "similarity_threshold", "rerank", "candidate_count", "rerank_threshold", "k1", "b",
-    "ef_search", "options",
+    "top_k",
+    "method",
+    "filter",
+    "vector_weight",
+    "rrf_k",
+    "fusion_depth",
+    "similarity_threshold",
+    "rerank",
+    "candidate_count",
+    "rerank_threshold",
+    "k1",
+    "b",
+    "ef_search",
+    "options",
 )
 CONTEXT_OPTIONS = (
-    "token_budget", "max_chunks_per_document", "relevance_threshold", "expand_sections",
-    "top_k", "method", "rerank", "filter", "options",
+    "token_budget",
+    "max_chunks_per_document",
+    "relevance_threshold",
+    "expand_sections",
+    "top_k",
+    "method",
+    "rerank",
+    "filter",
+    "options",
 )
 JSON_OPTIONS = ("filter", "options")
 
@@ -59,8 +77,9 @@ class PutResult:
     title: str
 
 
-def _named_call(function: str, fixed: dict[str, Any], options: dict[str, Any],
-                allowed: tuple[str, ...]) -> tuple[str, list[Any]]:
+def _named_call(
+    function: str, fixed: dict[str, Any], options: dict[str, Any], allowed: tuple[str, ...]
+) -> tuple[str, list[Any]]:
     """``kb.fn(a => $1, b => $2, ...)`` with only known option names (never user text)."""
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -88,13 +107,22 @@ def _psycopg_sql(query: str, params: list[Any] | tuple[Any, ...]) -> tuple[str, 
     """``$n`` placeholders (asyncpg style, shared by both clients) to psycopg's ``%(pn)s``."""
     import re
 
-    return (re.sub(r"\$(\d+)", r"%(p\1)s", query.replace("%", "%%")),
-            {f"p{i}": v for i, v in enumerate(params, start=1)})
+    return (
+        re.sub(r"\$(\d+)", r"%(p\1)s", query.replace("%", "%%")),
+        {f"p{i}": v for i, v in enumerate(params, start=1)},
+    )
 
 
 def _document_args(doc: LoadedDocument, kb: str) -> list[Any]:
-    return [kb, doc.title, doc.content, json.dumps(doc.metadata), doc.source_uri,
-            doc.usage_mode, doc.page_starts]
+    return [
+        kb,
+        doc.title,
+        doc.content,
+        json.dumps(doc.metadata),
+        doc.source_uri,
+        doc.usage_mode,
+        doc.page_starts,
+    ]
 
 
 PUT_SQL = (
@@ -131,13 +159,21 @@ class Client:
             raise from_db(exc) from exc
 
     # --- knowledge bases ------------------------------------------------------------------
-    def create_knowledge_base(self, name: str, indexing_config: dict[str, Any] | None = None,
-                              retrieval_config: dict[str, Any] | None = None,
-                              description: str = "") -> int:
+    def create_knowledge_base(
+        self,
+        name: str,
+        indexing_config: dict[str, Any] | None = None,
+        retrieval_config: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> int:
         rows = self._rows(
             "SELECT kb.create_knowledge_base($1, $2::jsonb, $3::jsonb, $4) AS id",
-            [name, json.dumps(indexing_config or {}), json.dumps(retrieval_config or {}),
-             description],
+            [
+                name,
+                json.dumps(indexing_config or {}),
+                json.dumps(retrieval_config or {}),
+                description,
+            ],
         )
         return int(rows[0]["id"])
 
@@ -153,9 +189,16 @@ class Client:
         return dict(rows[0]["kb"])
 
     # --- documents --------------------------------------------------------------------------
-    def add_text(self, kb: str, title: str, content: str, metadata: dict[str, Any] | None = None,
-                 source_uri: str | None = None, usage_mode: str = "rag",
-                 page_starts: list[int] | None = None) -> PutResult:
+    def add_text(
+        self,
+        kb: str,
+        title: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        source_uri: str | None = None,
+        usage_mode: str = "rag",
+        page_starts: list[int] | None = None,
+    ) -> PutResult:
         doc = LoadedDocument(title, content, metadata or {}, source_uri, page_starts, usage_mode)
         return self.put(kb, doc)
 
@@ -163,22 +206,30 @@ class Client:
         row = self._rows(PUT_SQL, _document_args(doc, kb))[0]
         return PutResult(int(row["document_id"]), row["action"], doc.title)
 
-    def add_file(self, kb: str, path: str | Path, metadata: dict[str, Any] | None = None,
-                 usage_mode: str = "rag", title: str | None = None) -> PutResult:
+    def add_file(
+        self,
+        kb: str,
+        path: str | Path,
+        metadata: dict[str, Any] | None = None,
+        usage_mode: str = "rag",
+        title: str | None = None,
+    ) -> PutResult:
         doc = load_file(Path(path), metadata=metadata, usage_mode=usage_mode, title=title)
         return self.put(kb, doc)
 
     def delete_document(self, kb: str, title: str) -> bool:
-        return bool(self._rows("SELECT kb.delete_document($1, $2::text) AS ok", [kb, title])[0]["ok"])
+        return bool(
+            self._rows("SELECT kb.delete_document($1, $2::text) AS ok", [kb, title])[0]["ok"]
+        )
 
     def reindex_document(self, kb: str, title: str) -> int:
         return int(self._rows("SELECT kb.reindex_document($1, $2) AS id", [kb, title])[0]["id"])
 
-    def reindex_knowledge_base(self, kb: str,
-                               indexing_config: dict[str, Any] | None = None) -> int:
+    def reindex_knowledge_base(self, kb: str, indexing_config: dict[str, Any] | None = None) -> int:
         cfg = json.dumps(indexing_config) if indexing_config is not None else None
-        return int(self._rows("SELECT kb.reindex_knowledge_base($1, $2::jsonb) AS id",
-                              [kb, cfg])[0]["id"])
+        return int(
+            self._rows("SELECT kb.reindex_knowledge_base($1, $2::jsonb) AS id", [kb, cfg])[0]["id"]
+        )
 
     def document_status(self, kb: str, title: str | None = None) -> list[dict[str, Any]]:
         return self._rows(
@@ -196,13 +247,15 @@ class Client:
         return [SearchResult(**row) for row in self._rows(sql, params)]
 
     def explain_search(self, kb: str, query: str, **options: Any) -> list[dict[str, Any]]:
-        sql, params = _named_call("explain_search", {"kb": kb, "query": query}, options,
-                                  SEARCH_OPTIONS)
+        sql, params = _named_call(
+            "explain_search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS
+        )
         return self._rows(sql, params)
 
     def build_context(self, kb: str, query: str, **options: Any) -> dict[str, Any]:
-        sql, params = _named_call("build_context", {"kb": kb, "query": query}, options,
-                                  CONTEXT_OPTIONS)
+        sql, params = _named_call(
+            "build_context", {"kb": kb, "query": query}, options, CONTEXT_OPTIONS
+        )
         return self._rows(sql, params)[0]
 
 
@@ -219,8 +272,9 @@ class AsyncClient:
         from kbpg.db import resolve_dsn
 
         conn = await asyncpg.connect(_asyncpg_dsn(resolve_dsn(dsn)))
-        await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
-                                  schema="pg_catalog")
+        await conn.set_type_codec(
+            "jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
         return cls(conn)
 
     async def close(self) -> None:
@@ -232,7 +286,9 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _rows(self, query: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    async def _rows(
+        self, query: str, params: list[Any] | tuple[Any, ...] = ()
+    ) -> list[dict[str, Any]]:
         import asyncpg
 
         # Our codec encodes jsonb itself: hand it Python objects, not JSON text.
@@ -242,9 +298,13 @@ class AsyncClient:
             raise from_db(exc) from exc
         return [dict(r) for r in records]
 
-    async def create_knowledge_base(self, name: str, indexing_config: dict[str, Any] | None = None,
-                                    retrieval_config: dict[str, Any] | None = None,
-                                    description: str = "") -> int:
+    async def create_knowledge_base(
+        self,
+        name: str,
+        indexing_config: dict[str, Any] | None = None,
+        retrieval_config: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> int:
         rows = await self._rows(
             "SELECT kb.create_knowledge_base($1, $2::jsonb, $3::jsonb, $4) AS id",
             [name, indexing_config or {}, retrieval_config or {}, description],
@@ -258,9 +318,16 @@ class AsyncClient:
     async def list_knowledge_bases(self) -> list[dict[str, Any]]:
         return await self._rows("SELECT * FROM kb.list_knowledge_bases()")
 
-    async def add_text(self, kb: str, title: str, content: str,
-                       metadata: dict[str, Any] | None = None, source_uri: str | None = None,
-                       usage_mode: str = "rag", page_starts: list[int] | None = None) -> PutResult:
+    async def add_text(
+        self,
+        kb: str,
+        title: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        source_uri: str | None = None,
+        usage_mode: str = "rag",
+        page_starts: list[int] | None = None,
+    ) -> PutResult:
         doc = LoadedDocument(title, content, metadata or {}, source_uri, page_starts, usage_mode)
         return await self.put(kb, doc)
 
@@ -270,8 +337,14 @@ class AsyncClient:
         row = (await self._rows(PUT_SQL, args))[0]
         return PutResult(int(row["document_id"]), row["action"], doc.title)
 
-    async def add_file(self, kb: str, path: str | Path, metadata: dict[str, Any] | None = None,
-                       usage_mode: str = "rag", title: str | None = None) -> PutResult:
+    async def add_file(
+        self,
+        kb: str,
+        path: str | Path,
+        metadata: dict[str, Any] | None = None,
+        usage_mode: str = "rag",
+        title: str | None = None,
+    ) -> PutResult:
         doc = load_file(Path(path), metadata=metadata, usage_mode=usage_mode, title=title)
         return await self.put(kb, doc)
 
@@ -284,15 +357,20 @@ class AsyncClient:
 
     async def search(self, kb: str, query: str, **options: Any) -> list[SearchResult]:
         sql, params = _named_call("search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS)
-        params = [json.loads(p) if isinstance(p, str) and sql_is_json(sql, i) else p
-                  for i, p in enumerate(params, start=1)]
+        params = [
+            json.loads(p) if isinstance(p, str) and sql_is_json(sql, i) else p
+            for i, p in enumerate(params, start=1)
+        ]
         return [SearchResult(**row) for row in await self._rows(sql, params)]
 
     async def build_context(self, kb: str, query: str, **options: Any) -> dict[str, Any]:
-        sql, params = _named_call("build_context", {"kb": kb, "query": query}, options,
-                                  CONTEXT_OPTIONS)
-        params = [json.loads(p) if isinstance(p, str) and sql_is_json(sql, i) else p
-                  for i, p in enumerate(params, start=1)]
+        sql, params = _named_call(
+            "build_context", {"kb": kb, "query": query}, options, CONTEXT_OPTIONS
+        )
+        params = [
+            json.loads(p) if isinstance(p, str) and sql_is_json(sql, i) else p
+            for i, p in enumerate(params, start=1)
+        ]
         return (await self._rows(sql, params))[0]
 
 

@@ -54,7 +54,9 @@ def server_python_path() -> str:
         return override
     out = subprocess.run(
         ["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     version = out.stdout.strip() or "3"
     return f"/usr/local/lib/kbpg/python{version}"
@@ -63,9 +65,12 @@ def server_python_path() -> str:
 def _server_can_enter(path: Path) -> bool:
     if not is_root():
         return True
-    return subprocess.run(
-        ["runuser", "-u", SERVER_USER, "--", "test", "-x", str(path)], check=False
-    ).returncode == 0
+    return (
+        subprocess.run(
+            ["runuser", "-u", SERVER_USER, "--", "test", "-x", str(path)], check=False
+        ).returncode
+        == 0
+    )
 
 
 def default_home() -> Path:
@@ -120,7 +125,7 @@ class Cluster:
         return find_bindir()
 
     # --- running commands as the server user -------------------------------------------
-    def _run(self, args: list[str], check: bool = True, timeout: float = 120) -> str:
+    def _run(self, args: list[str | Path], check: bool = True, timeout: float = 120) -> str:
         cmd = [str(a) for a in args]
         if is_root():
             cmd = ["runuser", "-u", SERVER_USER, "--", *cmd]
@@ -175,10 +180,20 @@ class Cluster:
                 f"the {SERVER_USER} OS user cannot enter {self.home}",
                 hint="set KBPG_HOME to a folder it can reach, e.g. /var/lib/kbpg/main",
             )
-        self._run([
-            self.bindir / "initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
-            "-E", "UTF8", "--locale=C", "--no-instructions",
-        ])
+        self._run(
+            [
+                self.bindir / "initdb",
+                "-D",
+                self.data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-instructions",
+            ]
+        )
         port = int(os.environ.get("KBPG_PORT") or free_port())
         self.write_conf(port)
 
@@ -209,7 +224,7 @@ class Cluster:
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(plpython_source(), target, ignore=shutil.ignore_patterns("__pycache__"))
-        for root, dirs, files in os.walk(self.plpython_dir):
+        for root, _dirs, files in os.walk(self.plpython_dir):
             os.chmod(root, 0o755)
             for name in files:
                 os.chmod(os.path.join(root, name), 0o644)
@@ -230,18 +245,38 @@ class Cluster:
         # A stale socket lock from a crash stops the server from starting.
         for stale in self.run_dir.glob(".s.PGSQL.*"):
             stale.unlink(missing_ok=True)
-        self._run([
-            self.bindir / "pg_ctl", "start", "-D", self.data, "-l", self.log_file, "-w", "-t", "60",
-        ])
+        self._run(
+            [
+                self.bindir / "pg_ctl",
+                "start",
+                "-D",
+                self.data,
+                "-l",
+                self.log_file,
+                "-w",
+                "-t",
+                "60",
+            ]
+        )
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ok = subprocess.run(
-                [str(self.bindir / "pg_isready"), "-h", str(self.run_dir), "-p", str(self.port)],
-                capture_output=True, check=False,
-            ).returncode == 0
+            ok = (
+                subprocess.run(
+                    [
+                        str(self.bindir / "pg_isready"),
+                        "-h",
+                        str(self.run_dir),
+                        "-p",
+                        str(self.port),
+                    ],
+                    capture_output=True,
+                    check=False,
+                ).returncode
+                == 0
+            )
             if ok:
                 return
             time.sleep(0.2)
@@ -252,9 +287,7 @@ class Cluster:
             self._run([self.bindir / "pg_ctl", "stop", "-D", self.data, "-m", mode, "-w"])
 
     def dsn(self, dbname: str | None = None) -> str:
-        return (
-            f"host={self.run_dir} port={self.port} dbname={dbname or self.dbname} user=postgres"
-        )
+        return f"host={self.run_dir} port={self.port} dbname={dbname or self.dbname} user=postgres"
 
     def ensure_database(self, dbname: str | None = None) -> None:
         import psycopg
@@ -262,6 +295,8 @@ class Cluster:
 
         name = dbname or self.dbname
         with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

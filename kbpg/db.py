@@ -45,3 +45,9 @@ def connect(dsn: str | None = None, autocommit: bool = True) -> Any:
     conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit)
     configure(conn)
     return conn
+
+
+def scalar(conn: Any, query: str, params: Any = None) -> Any:
+    """The first column of the first row of a query (None when there is no row)."""
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]

@@ -27,8 +27,10 @@ def run_demo(args: argparse.Namespace) -> int:
     with Client(dsn) as client:
         client.drop_knowledge_base(KB, if_exists=True)
         client.create_knowledge_base(KB, description="Harbor Backup sample documents")
-        print(f"created knowledge base {KB!r} (default: markdown_header chunks, "
-              "local all-MiniLM-L6-v2, hybrid search)")
+        print(
+            f"created knowledge base {KB!r} (default: markdown_header chunks, "
+            "local all-MiniLM-L6-v2, hybrid search)"
+        )
         for folder, mode in (("docs", "rag"), ("policy", "policy"), ("system", "system")):
             for path, root in discover([SAMPLE / folder]):
                 doc = load_file(path, root=root, usage_mode=mode, metadata={"category": folder})
@@ -36,8 +38,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(f"  {result.action:8s} {doc.title}  ({mode})")
     t0 = time.monotonic()
     stats = Worker(dsn, concurrency=2, once=True, poll_interval=0.5).run()
-    print(f"indexed {stats.done} documents in {time.monotonic() - t0:.1f}s "
-          f"({stats.failed} failed)")
+    print(f"indexed {stats.done} documents in {time.monotonic() - t0:.1f}s ({stats.failed} failed)")
     with Client(dsn) as client:
         for d in client.document_status(KB):
             print(f"  {d['status']:6s} {d['chunk_count']:3d} chunks  {d['title']}")
@@ -52,6 +53,8 @@ def run_demo(args: argparse.Namespace) -> int:
         ctx = client.build_context(KB, query, token_budget=400, relevance_threshold=0.3)
         print(ctx["context"])
         print(f"--- has_relevant={ctx['has_relevant']}, {ctx['tokens_used']} tokens")
-    print("\nTry it yourself:  psql \"$(.venv/bin/kbpg dsn)\" -c "
-          f"\"SELECT rank, title, score FROM kb.search('{KB}', 'restore a whole machine')\"")
+    print(
+        '\nTry it yourself:  psql "$(.venv/bin/kbpg dsn)" -c '
+        f"\"SELECT rank, title, score FROM kb.search('{KB}', 'restore a whole machine')\""
+    )
     return 0

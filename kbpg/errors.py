@@ -6,8 +6,14 @@ from __future__ import annotations
 class KbpgError(Exception):
     """Base of every kbpg error. ``sqlstate`` is set when the database raised it."""
 
-    def __init__(self, message: str, *, sqlstate: str | None = None, detail: str | None = None,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        sqlstate: str | None = None,
+        detail: str | None = None,
+        hint: str | None = None,
+    ) -> None:
         full = message
         if detail:
             full += f"\n  detail: {detail}"
@@ -54,7 +60,7 @@ _BY_SQLSTATE: dict[str, type[KbpgError]] = {
 
 def clean_message(message: str) -> str:
     """PL/Python prefixes errors raised with plpy.error by ``plpy.Error: ``; drop it."""
-    return message[len("plpy.Error: "):] if message.startswith("plpy.Error: ") else message
+    return message[len("plpy.Error: ") :] if message.startswith("plpy.Error: ") else message
 
 
 def from_db(exc: BaseException) -> KbpgError:

@@ -48,7 +48,7 @@ def load_text(path: Path) -> str:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DocumentError(
-            f"{path}: is not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})",
+            f"{path}: is not valid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})",
             hint="convert it to UTF-8, e.g. iconv -f latin1 -t utf-8",
         ) from None
     return _check_text(path, text.replace("\r\n", "\n"))
@@ -69,7 +69,7 @@ def load_pdf(path: Path) -> tuple[str, list[int], dict[str, Any]]:
         starts: list[int] = []
         offset = 0
         try:
-            for page in doc:
+            for page in doc.pages():
                 text = page.get_text("text").replace("\x00", "").strip()
                 starts.append(offset)
                 parts.append(text)

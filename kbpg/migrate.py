@@ -105,7 +105,9 @@ def migrate(
                 "SELECT quote_ident(n.nspname) FROM pg_extension e "
                 "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
             ).fetchone()
-            pinned = SEARCH_PATH.replace("kb, ", f"kb, {row[0]}, ") if row[0] != "kb" else SEARCH_PATH
+            pinned = (
+                SEARCH_PATH.replace("kb, ", f"kb, {row[0]}, ") if row[0] != "kb" else SEARCH_PATH
+            )
             for script in scripts(sql_dir()):
                 conn.execute(script.body.replace(SEARCH_PATH, pinned))
                 applied.append(script.name)

@@ -71,8 +71,9 @@ class Worker:
         def handler(signum: int, _frame: Any) -> None:
             if self.stop_event.is_set():
                 raise KeyboardInterrupt
-            log.info("received %s: finishing current jobs, then stopping",
-                     signal.Signals(signum).name)
+            log.info(
+                "received %s: finishing current jobs, then stopping", signal.Signals(signum).name
+            )
             self.stop()
 
         signal.signal(signal.SIGTERM, handler)
@@ -154,8 +155,11 @@ class Worker:
                 for job in jobs:
                     self._run_job(conn, worker_id, job)
             except psycopg.OperationalError as exc:
-                log.warning("database connection lost (%s); reconnecting in %.1fs",
-                            str(exc).strip().splitlines()[0] if str(exc) else exc, backoff)
+                log.warning(
+                    "database connection lost (%s); reconnecting in %.1fs",
+                    str(exc).strip().splitlines()[0] if str(exc) else exc,
+                    backoff,
+                )
                 if conn is not None:
                     conn.close()
                 conn = None
@@ -168,11 +172,14 @@ class Worker:
         import psycopg
 
         job_id, _doc_id, attempt, max_attempts, title, kb = job
-        log.info("job %s started: %s / %s (attempt %s/%s)", job_id, kb, title, attempt,
-                 max_attempts)
+        log.info(
+            "job %s started: %s / %s (attempt %s/%s)", job_id, kb, title, attempt, max_attempts
+        )
         t0 = time.monotonic()
         try:
-            outcome = conn.execute("SELECT kb.process_job(%s, %s)", (job_id, worker_id)).fetchone()[0]
+            outcome = conn.execute("SELECT kb.process_job(%s, %s)", (job_id, worker_id)).fetchone()[
+                0
+            ]
         except psycopg.Error as exc:
             if conn.broken or conn.closed:
                 raise psycopg.OperationalError(str(exc)) from exc
@@ -185,12 +192,24 @@ class Worker:
             ).fetchone()[0]
             if verdict == "failed":
                 self.stats.add("failed", seconds)
-                log.error("job %s failed for good after %.2fs: %s / %s: %s", job_id, seconds, kb,
-                          title, message)
+                log.error(
+                    "job %s failed for good after %.2fs: %s / %s: %s",
+                    job_id,
+                    seconds,
+                    kb,
+                    title,
+                    message,
+                )
             else:
                 self.stats.add("retried", seconds)
-                log.warning("job %s failed after %.2fs (will retry): %s / %s: %s", job_id,
-                            seconds, kb, title, message)
+                log.warning(
+                    "job %s failed after %.2fs (will retry): %s / %s: %s",
+                    job_id,
+                    seconds,
+                    kb,
+                    title,
+                    message,
+                )
             return
         seconds = time.monotonic() - t0
         if outcome == "done":

@@ -31,14 +31,17 @@ _counter = itertools.count()
 def cluster() -> Iterator[Cluster]:
     home = Path(tempfile.mkdtemp(prefix="kbpg-test-", dir="/tmp"))
     home.chmod(0o755)
-    c = Cluster(home, settings={
-        "fsync": "off",
-        "synchronous_commit": "off",
-        "full_page_writes": "off",
-        "max_connections": "200",
-        "kb.retry_base_seconds": "'0.1'",
-        "kb.onnx_threads": "'1'",
-    })
+    c = Cluster(
+        home,
+        settings={
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "200",
+            "kb.retry_base_seconds": "'0.1'",
+            "kb.onnx_threads": "'1'",
+        },
+    )
     c.start()
     yield c
     c.stop("immediate")
@@ -46,8 +49,13 @@ def cluster() -> Iterator[Cluster]:
 
 
 def _janitor(cluster: Cluster, dbname: str, template: str | None = None) -> DatabaseJanitor:
-    return DatabaseJanitor(user="postgres", host=str(cluster.run_dir), port=cluster.port,
-                           dbname=dbname, template_dbname=template)
+    return DatabaseJanitor(
+        user="postgres",
+        host=str(cluster.run_dir),
+        port=cluster.port,
+        dbname=dbname,
+        template_dbname=template,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -59,7 +59,9 @@ class FakeProvider:
                         return
                     if provider.fail_next > 0:
                         provider.fail_next -= 1
-                        self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}})
+                        self._send(
+                            429, {"error": {"message": "rate limited", "type": "rate_limit"}}
+                        )
                         return
                 if self.path.endswith("/embeddings"):
                     provider.embed(self, body)
@@ -80,7 +82,10 @@ class FakeProvider:
         if isinstance(inputs, str):
             inputs = [inputs]
         if any(self.poison in t for t in inputs):
-            handler._send(400, {"error": {"message": "input rejected: poison", "type": "invalid_request_error"}})
+            handler._send(
+                400,
+                {"error": {"message": "input rejected: poison", "type": "invalid_request_error"}},
+            )
             return
         with self.lock:
             self.embedding_calls += 1
@@ -90,8 +95,15 @@ class FakeProvider:
             for i, t in enumerate(inputs)
         ]
         tokens = sum(len(t.split()) for t in inputs)
-        handler._send(200, {"object": "list", "data": data, "model": body.get("model"),
-                            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+        handler._send(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
 
     def rerank(self, handler: Any, body: dict[str, Any]) -> None:
         with self.lock:
@@ -104,8 +116,9 @@ class FakeProvider:
             score = sum(1 for w in words if w in query) / (1 + len(words)) ** 0.5
             results.append({"index": i, "relevance_score": score})
         results.sort(key=lambda r: -r["relevance_score"])
-        handler._send(200, {"id": "rr", "results": results,
-                            "meta": {"billed_units": {"search_units": 1}}})
+        handler._send(
+            200, {"id": "rr", "results": results, "meta": {"billed_units": {"search_units": 1}}}
+        )
 
     def __enter__(self) -> FakeProvider:
         self.thread.start()

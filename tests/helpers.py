@@ -26,11 +26,19 @@ def remote_config(provider: FakeProvider, **extra: Any) -> dict[str, Any]:
 def allow_fake_key(conn: psycopg.Connection[Any]) -> None:
     """Give every new session of this test database the fake provider's key."""
     db = conn.execute("SELECT current_database()").fetchone()[0]
-    conn.execute(sql.SQL("ALTER DATABASE {} SET kb.fake_key = 'test-key'").format(sql.Identifier(db)))
+    conn.execute(
+        sql.SQL("ALTER DATABASE {} SET kb.fake_key = 'test-key'").format(sql.Identifier(db))
+    )
 
 
-def remote_kb(client: Client, conn: psycopg.Connection[Any], provider: FakeProvider, name: str,
-              retrieval: dict[str, Any] | None = None, **extra: Any) -> None:
+def remote_kb(
+    client: Client,
+    conn: psycopg.Connection[Any],
+    provider: FakeProvider,
+    name: str,
+    retrieval: dict[str, Any] | None = None,
+    **extra: Any,
+) -> None:
     allow_fake_key(conn)
     client.create_knowledge_base(name, remote_config(provider, **extra), retrieval or {})
     # The client's own session predates ALTER DATABASE: give it the key too.

@@ -123,9 +123,7 @@ def _break_priorities(text: str, bounds: list[int], allowed: tuple[int, ...]) ->
     return prio
 
 
-def _windows(
-    text: str, size: int, overlap: int, allowed: tuple[int, ...]
-) -> list[tuple[int, int]]:
+def _windows(text: str, size: int, overlap: int, allowed: tuple[int, ...]) -> list[tuple[int, int]]:
     """Character spans of the windows over ``text``; see the module docstring."""
     bounds = _token_boundaries(text)
     n = len(bounds) - 1
@@ -223,9 +221,7 @@ def chunk_text(
                 text, section.start, section.end, budget, min(chunk_overlap, budget - 1), allowed
             )
             for s, e, n in spans:
-                chunks.append(
-                    Chunk(len(chunks), text[s:e], s, e, n, list(section.heading_path))
-                )
+                chunks.append(Chunk(len(chunks), text[s:e], s, e, n, list(section.heading_path)))
     for chunk in chunks:
         chunk.embed_text = (
             f"{chunk.header_path}\n\n{chunk.content}" if chunk.heading_path else chunk.content

@@ -11,8 +11,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kbpg_db.chunking import CHUNKERS
-
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
 
 
@@ -146,7 +144,11 @@ def describe_error(exc: ValidationError, what: str) -> str:
 
 def validate(kind: str, value: dict[str, Any] | None) -> dict[str, Any]:
     """Validate and complete a config; raise ``ValueError`` naming the bad fields."""
-    model = {"indexing_config": IndexingConfig, "retrieval_config": RetrievalConfig}[kind]
+    models: dict[str, type[BaseModel]] = {
+        "indexing_config": IndexingConfig,
+        "retrieval_config": RetrievalConfig,
+    }
+    model = models[kind]
     if value is not None and not isinstance(value, dict):
         raise ValueError(f"{kind} must be a JSON object, not {type(value).__name__}")
     try:

@@ -37,16 +37,19 @@ Run restore with --all to rebuild a machine.
 def setup_kb(client: Client, conn: psycopg.Connection, provider: FakeProvider) -> None:
     remote_kb(client, conn, provider, "ctx", chunk_size=24, chunk_overlap=0)
     client.add_text("ctx", "Guide", GUIDE, page_starts=[0, GUIDE.index("# Restoring")])
-    client.add_text("ctx", "FAQ", "Prices: the team plan is billed yearly. Team plan invoices "
-                    "arrive monthly.")
-    client.add_text("ctx", "Persona", "You are the support assistant. Be brief.",
-                    usage_mode="system")
+    client.add_text(
+        "ctx", "FAQ", "Prices: the team plan is billed yearly. Team plan invoices arrive monthly."
+    )
+    client.add_text(
+        "ctx", "Persona", "You are the support assistant. Be brief.", usage_mode="system"
+    )
     client.add_text("ctx", "Policy", "Never ask for the vault passphrase.", usage_mode="policy")
     run_worker(conn.info.dsn)
 
 
-def test_context_orders_cites_and_budgets(client: Client, conn: psycopg.Connection,
-                                          provider: FakeProvider) -> None:
+def test_context_orders_cites_and_budgets(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     setup_kb(client, conn, provider)
     ctx = client.build_context("ctx", "team plan price", token_budget=400)
     text = ctx["context"]
@@ -63,16 +66,18 @@ def test_context_orders_cites_and_budgets(client: Client, conn: psycopg.Connecti
 
 def test_context_limits(client: Client, conn: psycopg.Connection, provider: FakeProvider) -> None:
     setup_kb(client, conn, provider)
-    one = client.build_context("ctx", "plan costs euros", token_budget=400,
-                               max_chunks_per_document=1)
+    one = client.build_context(
+        "ctx", "plan costs euros", token_budget=400, max_chunks_per_document=1
+    )
     rag = [s for s in one["sources"] if s["kind"] == "rag"]
     assert len({s["document_id"] for s in rag}) == len(rag)
     small = client.build_context("ctx", "plan costs euros", token_budget=60)
     assert small["tokens_used"] <= 60
 
 
-def test_threshold_says_outside_scope(client: Client, conn: psycopg.Connection,
-                                      provider: FakeProvider) -> None:
+def test_threshold_says_outside_scope(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     setup_kb(client, conn, provider)
     ctx = client.build_context("ctx", "volcano eruption lava", relevance_threshold=0.9)
     assert ctx["has_relevant"] is False
@@ -81,17 +86,21 @@ def test_threshold_says_outside_scope(client: Client, conn: psycopg.Connection,
     assert "[Always-known" in ctx["context"]
 
 
-def test_section_expansion(client: Client, conn: psycopg.Connection,
-                           provider: FakeProvider) -> None:
+def test_section_expansion(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     setup_kb(client, conn, provider)
     plain = client.build_context("ctx", "single file path", top_k=1, token_budget=500)
-    expanded = client.build_context("ctx", "single file path", top_k=1, token_budget=500,
-                                    expand_sections=True)
+    expanded = client.build_context(
+        "ctx", "single file path", top_k=1, token_budget=500, expand_sections=True
+    )
     plain_ids = [c for s in plain["sources"] if s["kind"] == "rag" for c in s["chunk_ids"]]
     exp_ids = [c for s in expanded["sources"] if s["kind"] == "rag" for c in s["chunk_ids"]]
     assert len(plain_ids) == 1 and set(plain_ids) <= set(exp_ids)
     section = conn.execute(
-        "SELECT heading_path FROM kb.chunk WHERE id = %s", (plain_ids[0],)).fetchone()[0]
-    same = conn.execute("SELECT count(*) FROM kb.chunk WHERE heading_path[1:%s] = %s",
-                        (len(section), section)).fetchone()[0]
+        "SELECT heading_path FROM kb.chunk WHERE id = %s", (plain_ids[0],)
+    ).fetchone()[0]
+    same = conn.execute(
+        "SELECT count(*) FROM kb.chunk WHERE heading_path[1:%s] = %s", (len(section), section)
+    ).fetchone()[0]
     assert len(exp_ids) == same > 1

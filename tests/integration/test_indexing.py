@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -54,10 +53,14 @@ def make_pdf(path: Path, pages: list[str], title: str | None = None) -> Path:
 def test_local_model_end_to_end(client: Client, conn: psycopg.Connection, tmp_path: Path) -> None:
     """Markdown and PDF files through the worker with the default offline model."""
     (tmp_path / "guide.md").write_text(MARKDOWN)
-    make_pdf(tmp_path / "manual.pdf", [
-        "The espresso machine heats water to 93 degrees before each shot. " * 12,
-        "Descale the machine every month with citric acid to remove limescale. " * 12,
-    ], title="Espresso Manual")
+    make_pdf(
+        tmp_path / "manual.pdf",
+        [
+            "The espresso machine heats water to 93 degrees before each shot. " * 12,
+            "Descale the machine every month with citric acid to remove limescale. " * 12,
+        ],
+        title="Espresso Manual",
+    )
     client.create_knowledge_base("local")
     client.add_file("local", tmp_path / "guide.md", metadata={"category": "howto"})
     client.add_file("local", tmp_path / "manual.pdf", metadata={"category": "manual"})
@@ -78,20 +81,24 @@ def test_local_model_end_to_end(client: Client, conn: psycopg.Connection, tmp_pa
     pdf_pages = sorted({c[1] for c in chunks if c[6]["category"] == "manual"})
     assert pdf_pages[0] == 1
     assert all(c[6]["file_type"] in ("md", "pdf") for c in chunks)
-    pdf_meta = conn.execute("SELECT metadata FROM kb.document WHERE title = 'manual.pdf'").fetchone()[0]
+    pdf_meta = conn.execute(
+        "SELECT metadata FROM kb.document WHERE title = 'manual.pdf'"
+    ).fetchone()[0]
     assert pdf_meta["pdf_title"] == "Espresso Manual" and pdf_meta["toc"][0]["page"] == 1
     top = client.search("local", "how do I remove limescale?", method="vector", top_k=1)[0]
     assert top.title == "manual.pdf" and top.page == 2
-    top = client.search("local", "which port does the service listen on", method="vector",
-                        top_k=1)[0]
+    top = client.search("local", "which port does the service listen on", method="vector", top_k=1)[
+        0
+    ]
     assert top.heading_path == ["Installation", "Configuration"]
     filtered = client.search("local", "machine", top_k=10, filter={"category": "howto"})
     assert filtered and all(r.metadata["category"] == "howto" for r in filtered)
 
 
 @pytest.mark.parametrize("chunker", ["markdown_header", "recursive", "fixed_size"])
-def test_each_chunker_indexes(client: Client, conn: psycopg.Connection, provider: FakeProvider,
-                              chunker: str) -> None:
+def test_each_chunker_indexes(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider, chunker: str
+) -> None:
     remote_kb(client, conn, provider, "c", chunker=chunker, chunk_size=40, chunk_overlap=8)
     client.add_text("c", "guide", MARKDOWN * 3)
     run_worker(conn.info.dsn)
@@ -105,8 +112,9 @@ def test_each_chunker_indexes(client: Client, conn: psycopg.Connection, provider
     assert preview == len(rows)
 
 
-def test_remote_embeddings_batch_and_retry(client: Client, conn: psycopg.Connection,
-                                           provider: FakeProvider) -> None:
+def test_remote_embeddings_batch_and_retry(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     remote_kb(client, conn, provider, "r", chunk_size=30, chunk_overlap=0, batch_tokens=100)
     client.add_text("r", "long", " ".join(f"word{i}" for i in range(400)))
     provider.fail_next = 2  # two 429s, then success: retried with backoff
@@ -119,8 +127,9 @@ def test_remote_embeddings_batch_and_retry(client: Client, conn: psycopg.Connect
     assert doc["status"] == "ready" and doc["tokens_embedded"] > 0
 
 
-def test_api_key_is_required_and_never_stored(client: Client, conn: psycopg.Connection,
-                                               provider: FakeProvider) -> None:
+def test_api_key_is_required_and_never_stored(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     from tests.helpers import remote_config
 
     client.create_knowledge_base("nokey", remote_config(provider))
@@ -130,13 +139,15 @@ def test_api_key_is_required_and_never_stored(client: Client, conn: psycopg.Conn
     doc = client.document_status("nokey")[0]
     assert doc["status"] == "error" and "key" in doc["error"].lower()
     allow_fake_key(conn)
-    stored = conn.execute("SELECT count(*) FROM kb.knowledge_base WHERE indexing_config::text "
-                          "LIKE '%test-key%'").fetchone()[0]
+    stored = conn.execute(
+        "SELECT count(*) FROM kb.knowledge_base WHERE indexing_config::text LIKE '%test-key%'"
+    ).fetchone()[0]
     assert stored == 0
 
 
-def test_poison_document_retries_then_errors(client: Client, conn: psycopg.Connection,
-                                             provider: FakeProvider) -> None:
+def test_poison_document_retries_then_errors(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     remote_kb(client, conn, provider, "p")
     conn.execute("UPDATE kb.job SET max_attempts = 3")  # none yet; set the default instead
     conn.execute("ALTER DATABASE " + conn.info.dbname + " SET kb.max_attempts = 3")
@@ -150,8 +161,10 @@ def test_poison_document_retries_then_errors(client: Client, conn: psycopg.Conne
     assert docs["bad"]["status"] == "error"
     assert "poison" in docs["bad"]["error"] and docs["bad"]["attempts"] == 3
     assert all(docs[f"good{i}"]["status"] == "ready" for i in range(5))
-    job = conn.execute("SELECT j.status, j.attempts, j.last_error FROM kb.job j JOIN kb.document d "
-                       "ON d.id = j.document_id WHERE d.title = 'bad'").fetchone()
+    job = conn.execute(
+        "SELECT j.status, j.attempts, j.last_error FROM kb.job j JOIN kb.document d "
+        "ON d.id = j.document_id WHERE d.title = 'bad'"
+    ).fetchone()
     assert job[0] == "failed" and job[1] == 3 and "poison" in job[2]
 
 
@@ -181,25 +194,30 @@ def test_claims_never_overlap(client: Client, conn: psycopg.Connection, dsn: str
     assert len(claimed[0]) + len(claimed[1]) == 20
 
 
-def test_four_workers_index_each_document_once(client: Client, conn: psycopg.Connection,
-                                               provider: FakeProvider) -> None:
+def test_four_workers_index_each_document_once(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     remote_kb(client, conn, provider, "many", batch_size=64)
     with conn.transaction():
         conn.execute(
             "SELECT kb.add_document('many', 'doc' || i, 'document number ' || i || ' about topic '"
-            " || (i % 17)) FROM generate_series(1, 500) i")
+            " || (i % 17)) FROM generate_series(1, 500) i"
+        )
     stats = run_worker(conn.info.dsn, concurrency=4)
     assert stats.done == 500 and stats.failed == 0
     assert len(provider.embedded_texts) == 500  # one embedding per chunk, none twice
     assert len(set(provider.embedded_texts)) == 500
     assert conn.execute("SELECT count(*) FROM kb.chunk").fetchone()[0] == 500
-    assert conn.execute("SELECT count(*) FROM kb.document WHERE status = 'ready'").fetchone()[0] == 500
+    assert (
+        conn.execute("SELECT count(*) FROM kb.document WHERE status = 'ready'").fetchone()[0] == 500
+    )
 
 
 def _spawn_worker(dsn: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "kbpg.cli", "--dsn", dsn, "worker", "--poll", "0.2", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -212,8 +230,9 @@ def _wait(predicate: Any, timeout: float = 60) -> None:
     raise AssertionError("condition not met in time")
 
 
-def test_sigkilled_worker_loses_nothing(client: Client, conn: psycopg.Connection, dsn: str,
-                                        provider: FakeProvider) -> None:
+def test_sigkilled_worker_loses_nothing(
+    client: Client, conn: psycopg.Connection, dsn: str, provider: FakeProvider
+) -> None:
     remote_kb(client, conn, provider, "k", chunk_size=30, chunk_overlap=0, batch_size=1)
     client.add_text("k", "first", "An old version that serves while the new one is built.")
     run_worker(dsn)
@@ -244,42 +263,67 @@ def test_worker_graceful_stop_on_sigterm(dsn: str, client: Client) -> None:
     assert b"worker stopped" in out
 
 
-def test_server_restart_during_ingestion(cluster: Cluster, client: Client, dsn: str,
-                                         conn: psycopg.Connection, provider: FakeProvider) -> None:
+def test_server_restart_during_ingestion(
+    cluster: Cluster, client: Client, dsn: str, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     remote_kb(client, conn, provider, "crash", batch_size=1)
     with conn.transaction():
-        conn.execute("SELECT kb.add_document('crash', 'doc' || i, repeat('words and more words ', 50)"
-                     " || i) FROM generate_series(1, 40) i")
+        conn.execute(
+            "SELECT kb.add_document('crash', 'doc' || i, repeat('words and more words ', 50)"
+            " || i) FROM generate_series(1, 40) i"
+        )
     proc = _spawn_worker(dsn, "--concurrency", "2", "--lease", "3")
-    _wait(lambda: conn.execute("SELECT count(*) FROM kb.document WHERE status = 'ready'"
-                               ).fetchone()[0] >= 2)
+    _wait(
+        lambda: (
+            conn.execute("SELECT count(*) FROM kb.document WHERE status = 'ready'").fetchone()[0]
+            >= 2
+        )
+    )
     cluster.stop("immediate")
     time.sleep(1)
     cluster.start()
     with psycopg.connect(dsn, autocommit=True) as c2:
-        _wait(lambda: c2.execute("SELECT count(*) FROM kb.document WHERE status IN "
-                                 "('ready', 'error')").fetchone()[0] == 40, timeout=120)
-        stuck = c2.execute("SELECT count(*) FROM kb.document WHERE status IN "
-                           "('pending', 'indexing')").fetchone()[0]
+        _wait(
+            lambda: (
+                c2.execute(
+                    "SELECT count(*) FROM kb.document WHERE status IN ('ready', 'error')"
+                ).fetchone()[0]
+                == 40
+            ),
+            timeout=120,
+        )
+        stuck = c2.execute(
+            "SELECT count(*) FROM kb.document WHERE status IN ('pending', 'indexing')"
+        ).fetchone()[0]
         assert stuck == 0
-        assert c2.execute("SELECT count(*) FROM kb.document WHERE status = 'ready'").fetchone()[0] == 40
-        assert c2.execute("SELECT count(*) FROM kb.chunk").fetchone()[0] == c2.execute(
-            "SELECT sum(chunk_count) FROM kb.document").fetchone()[0]
+        assert (
+            c2.execute("SELECT count(*) FROM kb.document WHERE status = 'ready'").fetchone()[0]
+            == 40
+        )
+        assert (
+            c2.execute("SELECT count(*) FROM kb.chunk").fetchone()[0]
+            == c2.execute("SELECT sum(chunk_count) FROM kb.document").fetchone()[0]
+        )
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert b"connection lost" in out or b"reconnect" in out
 
 
-def test_reindex_knowledge_base_switches_atomically(client: Client, conn: psycopg.Connection,
-                                                    provider: FakeProvider) -> None:
+def test_reindex_knowledge_base_switches_atomically(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     remote_kb(client, conn, provider, "re", chunk_size=64)
     for i in range(5):
         client.add_text("re", f"d{i}", f"document {i} about cats and dogs " * 10)
     run_worker(conn.info.dsn)
     before = {r.chunk_id for r in client.search("re", "cats", top_k=50)}
     with FakeProvider(dim=24) as bigger:
-        new_cfg = {**client.knowledge_base("re")["indexing_config"], "chunk_size": 32,
-                   "embedding_dimensions": 24, "api_base": bigger.url + "/v1"}
+        new_cfg = {
+            **client.knowledge_base("re")["indexing_config"],
+            "chunk_size": 32,
+            "embedding_dimensions": 24,
+            "api_base": bigger.url + "/v1",
+        }
         new_ix = client.reindex_knowledge_base("re", new_cfg)
         # Until the new generation is complete, searches use the old one.
         assert {r.chunk_id for r in client.search("re", "cats", top_k=50)} == before
@@ -293,19 +337,25 @@ def test_reindex_knowledge_base_switches_atomically(client: Client, conn: psycop
         assert all(d["status"] == "ready" for d in client.document_status("re"))
 
 
-def test_failed_reindex_keeps_the_old_generation(client: Client, conn: psycopg.Connection,
-                                                 provider: FakeProvider) -> None:
+def test_failed_reindex_keeps_the_old_generation(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     remote_kb(client, conn, provider, "re")
     client.add_text("re", "a", "cats and dogs")
     run_worker(conn.info.dsn)
     conn.execute(f"ALTER DATABASE {conn.info.dbname} SET kb.max_attempts = 1")
-    bad = {**client.knowledge_base("re")["indexing_config"], "api_base": "http://127.0.0.1:9/v1",
-           "max_retries": 0, "request_timeout_s": 2}
+    bad = {
+        **client.knowledge_base("re")["indexing_config"],
+        "api_base": "http://127.0.0.1:9/v1",
+        "max_retries": 0,
+        "request_timeout_s": 2,
+    }
     new_ix = client.reindex_knowledge_base("re", bad)
     client.conn.execute("SET kb.max_attempts = 1")
     run_worker(conn.info.dsn)
-    status, error = conn.execute("SELECT status, error FROM kb.kb_index WHERE id = %s",
-                                 (new_ix,)).fetchone()
+    status, error = conn.execute(
+        "SELECT status, error FROM kb.kb_index WHERE id = %s", (new_ix,)
+    ).fetchone()
     assert status == "failed" and error
     assert client.search("re", "cats", top_k=1)[0].title == "a"
     assert client.document_status("re")[0]["status"] == "ready"

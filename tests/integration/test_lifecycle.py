@@ -54,7 +54,9 @@ def test_errors_name_what_is_wrong(client: Client, conn: psycopg.Connection) -> 
 
 def test_dba_writes_are_validated(client: Client, conn: psycopg.Connection) -> None:
     client.create_knowledge_base("docs")
-    conn.execute("UPDATE kb.knowledge_base SET retrieval_config = '{\"top_k\": 7}' WHERE name = 'docs'")
+    conn.execute(
+        "UPDATE kb.knowledge_base SET retrieval_config = '{\"top_k\": 7}' WHERE name = 'docs'"
+    )
     assert client.knowledge_base("docs")["retrieval_config"]["top_k"] == 7
     assert client.knowledge_base("docs")["retrieval_config"]["method"] == "hybrid"
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="top_k"):

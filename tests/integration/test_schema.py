@@ -30,21 +30,41 @@ def test_sql_files_are_idempotent_definitions() -> None:
             kind = type(node).__name__
             if kind == "CreateFunctionStmt":
                 assert node.replace, f"{path.name}: CREATE FUNCTION without OR REPLACE"
-            assert kind not in ("CreateStmt", "AlterTableStmt"), f"{path.name}: table DDL belongs in migrations/"
+            assert kind not in ("CreateStmt", "AlterTableStmt"), (
+                f"{path.name}: table DDL belongs in migrations/"
+            )
 
 
 def _dump(cluster: Cluster, db: str) -> str:
     out = subprocess.run(
-        [str(cluster.bindir / "pg_dump"), "--schema-only", "--schema=kb", "--no-owner",
-         "-h", str(cluster.run_dir), "-p", str(cluster.port), "-U", "postgres", db],
-        capture_output=True, text=True, check=True).stdout
-    return "\n".join(line for line in out.splitlines()
-                     if not line.startswith(("--", "\\restrict", "\\unrestrict")))
+        [
+            str(cluster.bindir / "pg_dump"),
+            "--schema-only",
+            "--schema=kb",
+            "--no-owner",
+            "-h",
+            str(cluster.run_dir),
+            "-p",
+            str(cluster.port),
+            "-U",
+            "postgres",
+            db,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return "\n".join(
+        line
+        for line in out.splitlines()
+        if not line.startswith(("--", "\\restrict", "\\unrestrict"))
+    )
 
 
 def _new_db(cluster: Cluster, name: str) -> DatabaseJanitor:
-    janitor = DatabaseJanitor(user="postgres", host=str(cluster.run_dir), port=cluster.port,
-                              dbname=name)
+    janitor = DatabaseJanitor(
+        user="postgres", host=str(cluster.run_dir), port=cluster.port, dbname=name
+    )
     janitor.init()
     return janitor
 
@@ -79,7 +99,8 @@ def test_changed_migration_is_an_error(dsn: str) -> None:
 def test_functions_pin_search_path_and_are_documented(conn: psycopg.Connection) -> None:
     rows = conn.execute(
         "SELECT p.proname, p.proconfig, obj_description(p.oid, 'pg_proc') "
-        "FROM pg_proc p WHERE p.pronamespace = 'kb'::regnamespace").fetchall()
+        "FROM pg_proc p WHERE p.pronamespace = 'kb'::regnamespace"
+    ).fetchall()
     assert len(rows) > 30
     for name, config, comment in rows:
         assert config and any(c.startswith("search_path=kb") for c in config), name

@@ -25,21 +25,34 @@ CORPUS = {
 }
 
 
-def build(client: Client, conn: psycopg.Connection, provider: FakeProvider, name: str = "kb1",
-          corpus: dict[str, str] | None = None, **extra: Any) -> None:
+def build(
+    client: Client,
+    conn: psycopg.Connection,
+    provider: FakeProvider,
+    name: str = "kb1",
+    corpus: dict[str, str] | None = None,
+    **extra: Any,
+) -> None:
     remote_kb(client, conn, provider, name, **extra)
     for title, text in (corpus or CORPUS).items():
-        client.add_text(name, title, text, {"category": "animals" if title in
-                                            ("cats", "dogs", "mice") else "food"})
+        client.add_text(
+            name,
+            title,
+            text,
+            {"category": "animals" if title in ("cats", "dogs", "mice") else "food"},
+        )
     run_worker(conn.info.dsn)
 
 
-def python_bm25(conn: psycopg.Connection, kb: str, query: str, k1: float = 1.2,
-                b: float = 0.75) -> dict[int, float]:
+def python_bm25(
+    conn: psycopg.Connection, kb: str, query: str, k1: float = 1.2, b: float = 0.75
+) -> dict[int, float]:
     """BM25 computed here, independently, from the chunks' tsvectors."""
     rows = conn.execute(
         "SELECT c.id, c.tsv::text FROM kb.chunk c JOIN kb.knowledge_base k "
-        "ON k.active_index_id = c.index_id WHERE k.name = %s", (kb,)).fetchall()
+        "ON k.active_index_id = c.index_id WHERE k.name = %s",
+        (kb,),
+    ).fetchall()
     docs: dict[int, dict[str, int]] = {}
     for cid, tsv in rows:
         tf: dict[str, int] = {}
@@ -49,8 +62,12 @@ def python_bm25(conn: psycopg.Connection, kb: str, query: str, k1: float = 1.2,
         docs[cid] = tf
     n = len(docs)
     avgdl = sum(sum(t.values()) for t in docs.values()) / n
-    qlex = [r[0] for r in conn.execute(
-        "SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))", (query,)).fetchall()]
+    qlex = [
+        r[0]
+        for r in conn.execute(
+            "SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %s))", (query,)
+        ).fetchall()
+    ]
     scores: dict[int, float] = {}
     for cid, tf in docs.items():
         dl = sum(tf.values())
@@ -68,14 +85,21 @@ def python_bm25(conn: psycopg.Connection, kb: str, query: str, k1: float = 1.2,
     return scores
 
 
-def test_bm25_matches_independent_computation(client: Client, conn: psycopg.Connection,
-                                              provider: FakeProvider) -> None:
+def test_bm25_matches_independent_computation(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
-    for query, k1, b in [("cats hunt mice", 1.2, 0.75), ("tea coffee brewed", 0.9, 0.4),
-                         ("seeds", 2.0, 1.0), ("mice mice cats", 1.2, 0.0)]:
+    for query, k1, b in [
+        ("cats hunt mice", 1.2, 0.75),
+        ("tea coffee brewed", 0.9, 0.4),
+        ("seeds", 2.0, 1.0),
+        ("mice mice cats", 1.2, 0.0),
+    ]:
         expected = python_bm25(conn, "kb1", query, k1, b)
-        got = {r.chunk_id: r.score for r in
-               client.search("kb1", query, method="full_text", top_k=100, k1=k1, b=b)}
+        got = {
+            r.chunk_id: r.score
+            for r in client.search("kb1", query, method="full_text", top_k=100, k1=k1, b=b)
+        }
         assert got.keys() == expected.keys()
         for cid, score in expected.items():
             assert got[cid] == pytest.approx(score, abs=1e-6)
@@ -83,15 +107,18 @@ def test_bm25_matches_independent_computation(client: Client, conn: psycopg.Conn
         for cid, score in expected.items():
             block = conn.execute(
                 "SELECT kb.bm25_score(c.index_id, c.tsv, %s, %s, %s) FROM kb.chunk c WHERE id = %s",
-                (query, k1, b, cid)).fetchone()[0]
+                (query, k1, b, cid),
+            ).fetchone()[0]
             assert block == pytest.approx(score, abs=1e-6)
 
 
-def test_bm25_statistics_stay_exact(client: Client, conn: psycopg.Connection,
-                                    provider: FakeProvider) -> None:
+def test_bm25_statistics_stay_exact(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
-    client.create_knowledge_base("other", {**json.loads(json.dumps(
-        client.knowledge_base("kb1")["indexing_config"]))})
+    client.create_knowledge_base(
+        "other", {**json.loads(json.dumps(client.knowledge_base("kb1")["indexing_config"]))}
+    )
     before = python_bm25(conn, "kb1", "cats mice")
     client.add_text("other", "noise", "cats cats cats mice mice everywhere")
     client.add_text("kb1", "dogs", "Dogs chase cats. Mice fear dogs.")  # replace
@@ -100,25 +127,30 @@ def test_bm25_statistics_stay_exact(client: Client, conn: psycopg.Connection,
     run_worker(conn.info.dsn)
     expected = python_bm25(conn, "kb1", "cats mice")
     assert expected != before
-    got = {r.chunk_id: r.score for r in client.search("kb1", "cats mice", method="full_text",
-                                                       top_k=100)}
+    got = {
+        r.chunk_id: r.score
+        for r in client.search("kb1", "cats mice", method="full_text", top_k=100)
+    }
     assert got.keys() == expected.keys()
     for cid, score in expected.items():
         assert got[cid] == pytest.approx(score, abs=1e-6)
     # Statistics equal a recount from scratch.
     stats = conn.execute(
         "SELECT i.n_chunks, i.total_len, (SELECT count(*) FROM kb.chunk c WHERE c.index_id = i.id),"
-        " (SELECT sum(doc_len) FROM kb.chunk c WHERE c.index_id = i.id) FROM kb.kb_index i").fetchall()
+        " (SELECT sum(doc_len) FROM kb.chunk c WHERE c.index_id = i.id) FROM kb.kb_index i"
+    ).fetchall()
     for n, total, recount, relen in stats:
         assert (n, total) == (recount, relen or 0)
     bad_df = conn.execute(
         "SELECT count(*) FROM kb.term_stat t WHERE df <> (SELECT count(*) FROM kb.chunk c, "
-        "unnest(c.tsv) u WHERE c.index_id = t.index_id AND u.lexeme = t.lexeme)").fetchone()[0]
+        "unnest(c.tsv) u WHERE c.index_id = t.index_id AND u.lexeme = t.lexeme)"
+    ).fetchone()[0]
     assert bad_df == 0
 
 
-def test_methods_scores_and_columns(client: Client, conn: psycopg.Connection,
-                                    provider: FakeProvider) -> None:
+def test_methods_scores_and_columns(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
     vec = client.search("kb1", "cats hunt mice", method="vector", top_k=3)
     assert len(vec) == 3
@@ -135,11 +167,13 @@ def test_methods_scores_and_columns(client: Client, conn: psycopg.Connection,
     assert row.content and row.document_id and row.char_end > row.char_start
 
 
-def test_hybrid_is_weighted_rrf(client: Client, conn: psycopg.Connection,
-                                provider: FakeProvider) -> None:
+def test_hybrid_is_weighted_rrf(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
-    rows = client.explain_search("kb1", "small cats and seeds", top_k=6, vector_weight=0.3,
-                                 rrf_k=10)
+    rows = client.explain_search(
+        "kb1", "small cats and seeds", top_k=6, vector_weight=0.3, rrf_k=10
+    )
     assert rows
     raw = {}
     for r in rows:
@@ -157,20 +191,23 @@ def test_hybrid_is_weighted_rrf(client: Client, conn: psycopg.Connection,
     assert [r["final_rank"] for r in rows] == list(range(1, len(rows) + 1))
 
 
-def test_filters_apply_to_every_method(client: Client, conn: psycopg.Connection,
-                                       provider: FakeProvider) -> None:
+def test_filters_apply_to_every_method(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
     for method in ("vector", "full_text", "hybrid"):
-        rows = client.search("kb1", "small seeds brewed", method=method, top_k=10,
-                             filter={"category": "food"})
+        rows = client.search(
+            "kb1", "small seeds brewed", method=method, top_k=10, filter={"category": "food"}
+        )
         assert rows, method
         assert {r.metadata["category"] for r in rows} == {"food"}
     with pytest.raises(ConfigError, match="filter must be a JSON object"):
         client.search("kb1", "x", filter=[1, 2])
 
 
-def test_option_errors_name_the_option(client: Client, conn: psycopg.Connection,
-                                       provider: FakeProvider) -> None:
+def test_option_errors_name_the_option(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
     with pytest.raises(ConfigError, match="method"):
         client.search("kb1", "cats", method="telepathy")
@@ -192,16 +229,18 @@ def test_option_errors_name_the_option(client: Client, conn: psycopg.Connection,
     assert client.search("kb1", "cats " * 2000, method="full_text")
 
 
-def test_hostile_query_text_is_only_text(client: Client, conn: psycopg.Connection,
-                                         provider: FakeProvider) -> None:
+def test_hostile_query_text_is_only_text(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
     for q in ["'); DROP TABLE kb.chunk; --", "cats & | ! mice:*", "\\x00 ' \" ;", "猫 🐈"]:
         client.search("kb1", q)
     assert conn.execute("SELECT count(*) FROM kb.chunk").fetchone()[0] == len(CORPUS)
 
 
-def test_retrieval_config_defaults_and_threshold(client: Client, conn: psycopg.Connection,
-                                                 provider: FakeProvider) -> None:
+def test_retrieval_config_defaults_and_threshold(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider, retrieval={"top_k": 2, "method": "vector"})
     assert len(client.search("kb1", "cats")) == 2
     all_rows = client.search("kb1", "cats hunt mice", top_k=6)
@@ -211,8 +250,9 @@ def test_retrieval_config_defaults_and_threshold(client: Client, conn: psycopg.C
     assert len(kept) < len(all_rows)
 
 
-def test_provider_down_falls_back_to_bm25(client: Client, conn: psycopg.Connection,
-                                          provider: FakeProvider) -> None:
+def test_provider_down_falls_back_to_bm25(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
     build(client, conn, provider)
     provider.down = True
     rows = client.search("kb1", "cats hunt mice", top_k=3)
@@ -223,17 +263,25 @@ def test_provider_down_falls_back_to_bm25(client: Client, conn: psycopg.Connecti
 
 
 def test_rerank_remote(client: Client, conn: psycopg.Connection, provider: FakeProvider) -> None:
-    build(client, conn, provider, retrieval={
-        "rerank_model": "cohere/rerank-english-v3.0", "rerank_api_base": provider.url,
-        "rerank_api_key_name": "FAKE_KEY"})
+    build(
+        client,
+        conn,
+        provider,
+        retrieval={
+            "rerank_model": "cohere/rerank-english-v3.0",
+            "rerank_api_base": provider.url,
+            "rerank_api_key_name": "FAKE_KEY",
+        },
+    )
     rows = client.explain_search("kb1", "mice eat seeds", top_k=3, rerank=True, candidate_count=6)
     assert provider.rerank_calls == 1
     assert [r["rerank_rank"] for r in rows] == [1, 2, 3]
     scores = [r["rerank_score"] for r in rows]
     assert scores == sorted(scores, reverse=True)
     assert rows[0]["title"] == "mice"
-    thresholded = client.search("kb1", "mice eat seeds", top_k=6, rerank=True,
-                                rerank_threshold=scores[0] - 1e-9)
+    thresholded = client.search(
+        "kb1", "mice eat seeds", top_k=6, rerank=True, rerank_threshold=scores[0] - 1e-9
+    )
     assert len(thresholded) == 1
 
 
@@ -244,6 +292,7 @@ def test_halfvec_for_large_models(client: Client, conn: psycopg.Connection) -> N
         client.add_text("big", "b", "tea is brewed")
         run_worker(conn.info.dsn)
         indexdef = conn.execute(
-            "SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'embedding_hnsw_%'").fetchone()[0]
+            "SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'embedding_hnsw_%'"
+        ).fetchone()[0]
         assert "halfvec(3072)" in indexdef
         assert client.search("big", "cats", method="vector", top_k=1)[0].title == "a"

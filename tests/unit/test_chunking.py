@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from kbpg_db import tokens
 from kbpg_db.chunking import CHUNKERS, chunk_text, markdown_sections, page_of
 
@@ -14,13 +15,19 @@ def test_markdown_sections_skip_fenced_code() -> None:
     text = "intro\n# A\ntext\n```\n# not a heading\n```\n## B\nmore\n~~~\n## nope\n~~~\n# C\nend"
     sections = markdown_sections(text)
     assert [s.heading_path for s in sections] == [[], ["A"], ["A", "B"], ["C"]]
-    assert "".join(text[s.start:s.end] for s in sections) == text
+    assert "".join(text[s.start : s.end] for s in sections) == text
 
 
 def test_heading_path_resets_by_level() -> None:
     text = "# A\n## B\n### C\nx\n## D\ny\n# E\nz"
     chunks = chunk_text(text, "markdown_header", 50, 0)
-    assert [c.heading_path for c in chunks] == [["A"], ["A", "B"], ["A", "B", "C"], ["A", "D"], ["E"]]
+    assert [c.heading_path for c in chunks] == [
+        ["A"],
+        ["A", "B"],
+        ["A", "B", "C"],
+        ["A", "D"],
+        ["E"],
+    ]
     assert chunks[3].embed_text.startswith("A > D\n\n")
 
 
@@ -67,8 +74,12 @@ TEXT = st.text(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=TEXT, chunker=st.sampled_from(CHUNKERS), size=st.integers(16, 80),
-       overlap_frac=st.floats(0, 0.5))
+@given(
+    text=TEXT,
+    chunker=st.sampled_from(CHUNKERS),
+    size=st.integers(16, 80),
+    overlap_frac=st.floats(0, 0.5),
+)
 def test_chunk_invariants(text: str, chunker: str, size: int, overlap_frac: float) -> None:
     overlap = int(size * overlap_frac)
     chunks = chunk_text(text, chunker, size, overlap)
@@ -77,7 +88,7 @@ def test_chunk_invariants(text: str, chunker: str, size: int, overlap_frac: floa
     for i, c in enumerate(chunks):
         assert c.ordinal == i
         assert 0 <= c.char_start < c.char_end <= len(text)
-        assert text[c.char_start:c.char_end] == c.content  # offsets point into the source
+        assert text[c.char_start : c.char_end] == c.content  # offsets point into the source
         assert c.content.strip()
         assert c.token_count == tokens.count(c.content) <= size
         assert c.char_start > last_start  # in order
@@ -87,7 +98,7 @@ def test_chunk_invariants(text: str, chunker: str, size: int, overlap_frac: floa
     # Every non-blank character lands in some chunk.
     assert all(covered[i] or text[i].isspace() for i in range(len(text)))
     # Neighbours share at most the configured overlap.
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         if b.char_start < a.char_end:
-            shared = text[b.char_start:a.char_end]
+            shared = text[b.char_start : a.char_end]
             assert tokens.count(shared) <= overlap + 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kbpg_db.config import IndexingConfig, validate
 
 

@@ -6,13 +6,28 @@ from kbpg_db.context import OUTSIDE_SCOPE, assemble
 
 
 def row(cid: int, doc: int, content: str, kind: str = "rag", **kw: object) -> dict[str, object]:
-    return {"kind": kind, "chunk_id": cid, "document_id": doc, "title": f"Doc{doc}",
-            "heading_path": ["A", "B"], "page": 3, "content": content, "score": 1.0, **kw}
+    return {
+        "kind": kind,
+        "chunk_id": cid,
+        "document_id": doc,
+        "title": f"Doc{doc}",
+        "heading_path": ["A", "B"],
+        "page": 3,
+        "content": content,
+        "score": 1.0,
+        **kw,
+    }
 
 
 def test_headers_order_budget_and_caps() -> None:
-    rows = [row(1, 9, "persona", kind="system"), row(2, 8, "policy text", kind="policy"),
-            row(3, 1, "first"), row(4, 1, "second"), row(5, 1, "third"), row(6, 2, "other")]
+    rows = [
+        row(1, 9, "persona", kind="system"),
+        row(2, 8, "policy text", kind="policy"),
+        row(3, 1, "first"),
+        row(4, 1, "second"),
+        row(5, 1, "third"),
+        row(6, 2, "other"),
+    ]
     ctx = assemble(rows, 1000, 2)
     assert ctx.text.startswith("[Always-known 1: Doc9 › A > B (p.3)]\npersona")
     assert "[Policy 2: Doc8 › A > B (p.3)]\n(guardrail" in ctx.text

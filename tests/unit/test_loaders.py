@@ -44,7 +44,11 @@ def test_text_and_pdf(tmp_path: Path) -> None:
         ("nul.md", b"text\x00more", "NUL bytes"),
         ("garbage.md", bytes(range(256)) * 10, "NUL bytes|not valid UTF-8"),
         ("garbage.pdf", b"this is not a pdf at all", "cannot be opened as a PDF"),
-        ("truncated.pdf", b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog", "cannot be opened|damaged|no extractable"),
+        (
+            "truncated.pdf",
+            b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog",
+            "cannot be opened|damaged|no extractable",
+        ),
         ("file.docx", b"PK\x03\x04", "unsupported file type .docx"),
     ],
 )

@@ -1,0 +1,488 @@
+"""`kbpg bench` (`make bench`): quality, speed and scale figures in one run.
+
+Every figure names its workload. Groups: quality (SciFact, vs a ts_rank_cd baseline),
+bm25 (speed at 100k chunks vs ts_rank_cd), hybrid (latency at 10k/100k[/1M] chunks),
+hnsw (recall@10 vs exact search), ingest (worker vs raw model; a 200-page PDF),
+startup (first search on a fresh connection; memory per server process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kbpg.cluster import REPO_ROOT
+from kbpg.db import scalar
+
+SCIFACT = REPO_ROOT.parent / "shared" / "data" / "beir" / "scifact"
+GROUPS = ("quality", "bm25", "hybrid", "hnsw", "ingest", "startup")
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+def _lat(values: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values]
+    return {"p50_ms": round(_pct(ms, 50), 2), "p95_ms": round(_pct(ms, 95), 2), "n": len(ms)}
+
+
+def scifact_dir() -> Path:
+    env = os.environ.get("KBPG_SCIFACT")
+    return Path(env) if env else SCIFACT
+
+
+# --- 1. quality -----------------------------------------------------------------------------
+def ts_rank_cd_run(conn: Any, kb: str, query: str, k: int) -> list[str]:
+    """The usual recipe: GIN match on an OR tsquery of the query's words, ts_rank_cd order."""
+    rows = conn.execute(
+        "WITH q AS (SELECT to_tsquery('english', string_agg(quote_literal(lexeme), ' | ')) AS q "
+        "           FROM unnest(to_tsvector('english', %s))) "
+        "SELECT d.title FROM kb.chunk c JOIN kb.document d ON d.id = c.document_id, q "
+        "JOIN kb.knowledge_base k ON k.name = %s "
+        "WHERE c.index_id = k.active_index_id AND c.tsv @@ q.q "
+        "ORDER BY ts_rank_cd(c.tsv, q.q) DESC, c.id LIMIT %s",
+        (query, kb, k),
+    ).fetchall()
+    seen: dict[str, None] = {}
+    for (title,) in rows:
+        seen.setdefault(title, None)
+    return list(seen)
+
+
+def bench_quality(dsn: str, quick: bool) -> dict[str, Any]:
+    from kbpg.client import Client
+    from kbpg.evaluate import ensure_loaded, evaluate, load_beir, metrics
+
+    data = load_beir(scifact_dir(), "test")
+    if quick:  # every judged document plus a slice of the rest, and 100 queries
+        keep_q = dict(list(data.queries.items())[:100])
+        judged = {d for q in keep_q for d in data.qrels[q]}
+        extra = [d for d in data.corpus if d not in judged][:900]
+        data.corpus = {d: data.corpus[d] for d in [*judged, *extra] if d in data.corpus}
+        data.queries = keep_q
+        data.qrels = {q: data.qrels[q] for q in keep_q}
+    kb = "bench-scifact-quick" if quick else "beir-scifact"
+    out: dict[str, Any] = {
+        "workload": f"BEIR SciFact test, {len(data.queries)} queries, "
+        f"{len(data.corpus)} documents (title + text), default config "
+        "(markdown_header 200/20, all-MiniLM-L6-v2 int8)"
+    }
+    with Client(dsn) as client:
+        out["index_seconds"] = round(ensure_loaded(client, dsn, kb, data, concurrency=2), 1)
+        for method in ("full_text", "vector", "hybrid"):
+            _say(f"quality: {method}")
+            r = evaluate(client, kb, data, method, 100, show_progress=False)
+            out[method] = {k: round(v, 4) for k, v in r.items() if isinstance(v, float)}
+        _say("quality: ts_rank_cd baseline")
+        runs = {
+            q: ts_rank_cd_run(client.conn, kb, text, 300)[:100] for q, text in data.queries.items()
+        }
+        out["ts_rank_cd"] = {k: round(v, 4) for k, v in metrics(runs, data.qrels).items()}
+    out["targets"] = {"full_text ndcg@10": 0.68, "hybrid ndcg@10": 0.71}
+    return out
+
+
+# --- synthetic corpora ----------------------------------------------------------------------
+def scifact_sentences(limit: int | None = None) -> list[str]:
+    sentences: list[str] = []
+    with (scifact_dir() / "corpus.jsonl").open() as f:
+        for line in f:
+            d = json.loads(line)
+            sentences.extend(
+                s.strip() for s in re.split(r"(?<=[.!?])\s+", d["text"]) if len(s) > 20
+            )
+            if limit and len(sentences) >= limit:
+                break
+    return sentences
+
+
+def build_synthetic_kb(
+    conn: Any, name: str, n_chunks: int, dim: int = 384, with_vectors: bool = True, seed: int = 0
+) -> int:
+    """A KB of ``n_chunks`` chunks made by recombining SciFact sentences (3 random ones
+    each), with clustered synthetic unit vectors (64 Gaussian clusters) standing in for
+    embeddings. 10% of chunks carry category=rare. Reused when already built."""
+    row = conn.execute(
+        "SELECT k.active_index_id, i.n_chunks FROM kb.knowledge_base k JOIN kb.kb_index i "
+        "ON i.id = k.active_index_id WHERE k.name = %s",
+        (name,),
+    ).fetchone()
+    if row and row[1] == n_chunks:
+        return int(row[0])
+    if row:
+        conn.execute("SELECT kb.drop_knowledge_base(%s)", (name,))
+    conn.execute("SELECT kb.create_knowledge_base(%s)", (name,))
+    ix, kb_id = conn.execute(
+        "SELECT active_index_id, id FROM kb.knowledge_base WHERE name = %s", (name,)
+    ).fetchone()
+    rng = np.random.default_rng(seed)
+    sentences = scifact_sentences()
+    centers = rng.normal(size=(64, dim)).astype(np.float32)
+    batch = 20_000
+    t0 = time.monotonic()
+    for start in range(0, n_chunks, batch):
+        n = min(batch, n_chunks - start)
+        picks = rng.integers(0, len(sentences), size=(n, 3))
+        texts = [" ".join(sentences[j] for j in row) for row in picks]
+        with conn.transaction():
+            with conn.cursor().copy(
+                "COPY kb.document (kb_id, title, content, content_hash, status, chunk_count) "
+                "FROM STDIN"
+            ) as cp:
+                for i, t in enumerate(texts):
+                    cp.write_row((kb_id, f"syn{start + i}", t, f"h{start + i}", "ready", 1))
+            conn.execute(
+                "INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, "
+                "char_start, char_end, metadata, tsv, doc_len) "
+                "SELECT %s, d.id, 0, d.content, 0, 0, length(d.content), "
+                "jsonb_build_object('category', CASE WHEN d.id %% 10 = 0 THEN 'rare' ELSE 'common' END), "
+                "to_tsvector('english', d.content), kb.tsvector_length(to_tsvector('english', d.content)) "
+                "FROM kb.document d WHERE d.kb_id = %s AND NOT EXISTS "
+                "(SELECT 1 FROM kb.chunk c WHERE c.document_id = d.id)",
+                (ix, kb_id),
+            )
+            if with_vectors:
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT c.id FROM kb.chunk c LEFT JOIN kb.embedding e ON e.chunk_id = c.id "
+                        "WHERE c.index_id = %s AND e.chunk_id IS NULL ORDER BY c.id",
+                        (ix,),
+                    )
+                ]
+                vec = centers[rng.integers(0, 64, size=len(ids))] + 0.6 * rng.normal(
+                    size=(len(ids), dim)
+                ).astype(np.float32)
+                vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+                with conn.cursor().copy(
+                    "COPY kb.embedding (chunk_id, index_id, embedding) FROM STDIN"
+                ) as cp:
+                    for cid, v in zip(ids, vec, strict=True):
+                        cp.write_row((cid, ix, "[" + ",".join(f"{x:.5f}" for x in v) + "]"))
+        _say(f"  {name}: {start + n}/{n_chunks} chunks ({time.monotonic() - t0:.0f}s)")
+    conn.execute("VACUUM ANALYZE kb.posting")
+    conn.execute("VACUUM ANALYZE kb.chunk")
+    conn.execute("VACUUM ANALYZE kb.embedding")
+    return int(ix)
+
+
+def bench_queries(n: int) -> list[str]:
+    from kbpg.evaluate import load_beir
+
+    return list(load_beir(scifact_dir(), "test").queries.values())[:n]
+
+
+# --- 2. BM25 speed --------------------------------------------------------------------------
+def bench_bm25(dsn: str, quick: bool) -> dict[str, Any]:
+    import psycopg
+
+    n = 20_000 if quick else 100_000
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ix = build_synthetic_kb(conn, f"bench-syn-{n}", n)
+        queries = bench_queries(100 if quick else 300)
+        kbpg_t, base_t, matches = [], [], []
+        for q in queries * 2:  # first pass warms the cache
+            t0 = time.perf_counter()
+            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 10)", (ix, q)).fetchall()
+            kbpg_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            conn.execute(
+                "WITH q AS (SELECT to_tsquery('english', string_agg(quote_literal(lexeme), ' | ')) q"
+                " FROM unnest(to_tsvector('english', %s))) SELECT c.id, ts_rank_cd(c.tsv, q.q) r "
+                "FROM kb.chunk c, q WHERE c.tsv @@ q.q AND c.index_id = %s ORDER BY r DESC LIMIT 10",
+                (q, ix),
+            ).fetchall()
+            base_t.append(time.perf_counter() - t0)
+        for q in queries[:50]:
+            matches.append(
+                scalar(
+                    conn,
+                    "SELECT count(*) FROM kb.chunk c WHERE c.index_id = %s AND c.tsv @@ (SELECT "
+                    "to_tsquery('english', string_agg(quote_literal(lexeme), ' | ')) FROM "
+                    "unnest(to_tsvector('english', %s)))",
+                    (ix, q),
+                )
+            )
+    k, b = _lat(kbpg_t[len(queries) :]), _lat(base_t[len(queries) :])
+    return {
+        "workload": f"{n} chunks of 3 recombined SciFact sentences each; {len(queries)} SciFact "
+        "queries (OR of their lexemes), top 10; warm cache",
+        "kbpg_bm25": k,
+        "ts_rank_cd": b,
+        "median_match_set": int(statistics.median(matches)),
+        "ratio_p50": round(k["p50_ms"] / b["p50_ms"], 3),
+        "ratio_p95": round(k["p95_ms"] / b["p95_ms"], 3),
+        "target": "ratio <= 1.0",
+    }
+
+
+# --- 3. hybrid latency and 4. HNSW recall -----------------------------------------------------
+def _fresh_search_conn(dsn: str) -> Any:
+    import psycopg
+
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("SELECT kb.embed_query((SELECT name FROM kb.knowledge_base LIMIT 1), 'warm up')")
+    return conn
+
+
+def bench_hybrid(dsn: str, quick: bool, sizes: list[int]) -> dict[str, Any]:
+    import psycopg
+
+    out: dict[str, Any] = {
+        "workload": "kb.search hybrid, top 10, fusion_depth 100, query "
+        "embedded in the database with all-MiniLM-L6-v2 on each call; "
+        "chunks of recombined SciFact sentences with clustered synthetic "
+        "384-d vectors (embedding that many chunks locally is too slow here)"
+    }
+    queries = bench_queries(50 if quick else 200)
+    for n in sizes:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            build_synthetic_kb(conn, f"bench-syn-{n}", n)
+        conn = _fresh_search_conn(dsn)
+        times = []
+        for q in queries:
+            t0 = time.perf_counter()
+            conn.execute("SELECT * FROM kb.search(%s, %s)", (f"bench-syn-{n}", q)).fetchall()
+            times.append(time.perf_counter() - t0)
+        conn.close()
+        out[str(n)] = _lat(times[5:])
+    out["targets"] = {"100000": "p50 <= 15 ms, p95 <= 40 ms", "1000000": "p50 <= 60 ms"}
+    return out
+
+
+def bench_hnsw(dsn: str, quick: bool) -> dict[str, Any]:
+    import psycopg
+
+    n = 20_000 if quick else 100_000
+    rng = np.random.default_rng(42)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ix = build_synthetic_kb(conn, f"bench-syn-{n}", n)
+        sample = [
+            r[0]
+            for r in conn.execute(
+                "SELECT embedding::text FROM kb.embedding WHERE index_id = %s ORDER BY random() LIMIT 50",
+                (ix,),
+            )
+        ]
+        out: dict[str, Any] = {
+            "workload": f"{n} clustered synthetic 384-d vectors; 50 queries "
+            "(stored vectors plus noise); recall@10 of kb.vector_search vs "
+            "exact cosine order"
+        }
+        for ef in (40, 100):
+            for label, flt in (("unfiltered", None), ("filter_10pct", {"category": "rare"})):
+                hits = total = 0
+                for s in sample:
+                    v = np.array(json.loads(s), dtype=np.float32)
+                    v = v + 0.1 * rng.normal(size=v.shape).astype(np.float32)
+                    v /= np.linalg.norm(v)
+                    q = v.tolist()
+                    got = {
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT chunk_id FROM kb.vector_search(%s, %s::real[], 10, %s::jsonb, %s)",
+                            (ix, q, json.dumps(flt) if flt else None, ef),
+                        )
+                    }
+                    conn.execute("SET enable_indexscan = off")
+                    exact = {
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT e.chunk_id FROM kb.embedding e JOIN kb.chunk c ON c.id = e.chunk_id "
+                            "WHERE e.index_id = %s AND (%s::jsonb IS NULL OR c.metadata @> %s::jsonb) "
+                            "ORDER BY e.embedding <=> %s::real[]::vector LIMIT 10",
+                            (
+                                ix,
+                                json.dumps(flt) if flt else None,
+                                json.dumps(flt) if flt else None,
+                                q,
+                            ),
+                        )
+                    }
+                    conn.execute("RESET enable_indexscan")
+                    hits += len(got & exact)
+                    total += len(exact)
+                out[f"{label}_ef{ef}"] = round(hits / total, 4)
+        out["target"] = "recall@10 >= 0.98"
+    return out
+
+
+# --- 5. ingestion ---------------------------------------------------------------------------
+def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
+    import psycopg
+    from kbpg_db.chunking import chunk_text
+    from kbpg_db.embedding import LocalMiniLM
+
+    from kbpg.client import Client
+    from kbpg.evaluate import load_beir
+    from kbpg.worker import Worker
+
+    n_docs = 100 if quick else 400
+    data = load_beir(scifact_dir(), "test")
+    docs = list(data.corpus.items())[-n_docs:]
+    texts = [f"{t}\n{x}" for _, (t, x) in docs]
+    chunks = [c.embed_text for t in texts for c in chunk_text(t)]
+    threads = int(os.environ.get("KBPG_BENCH_THREADS", "0"))
+    model = LocalMiniLM(threads=threads)
+    model.embed(chunks[:64])
+    t0 = time.perf_counter()
+    model.embed(chunks, batch_size=64)
+    raw = len(chunks) / (time.perf_counter() - t0)
+    del model
+    out: dict[str, Any] = {
+        "workload": f"{n_docs} SciFact documents, {len(chunks)} chunks "
+        "(default config); raw = the same model in this process, batch 64"
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT kb.drop_knowledge_base('bench-ingest', true)")
+        conn.execute("SELECT kb.create_knowledge_base('bench-ingest')")
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "SELECT kb.add_document('bench-ingest', %s, %s)",
+                [(d, t) for (d, _), t in zip(docs, texts, strict=True)],
+            )
+    t0 = time.perf_counter()
+    Worker(dsn, concurrency=1, once=True, poll_interval=0.2).run()
+    e2e = len(chunks) / (time.perf_counter() - t0)
+    out["raw_model_chunks_per_s"] = round(raw, 1)
+    out["worker_chunks_per_s"] = round(e2e, 1)
+    out["ratio"] = round(e2e / raw, 3)
+    out["target"] = "ratio >= 0.9"
+    # A 200-page PDF from SciFact text, through `kbpg ingest --wait`.
+    import pymupdf
+
+    pages = 40 if quick else 200
+    body = [f"{t}\n{x}" for _, (t, x) in list(data.corpus.items())[:pages]]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scifact-book.pdf"
+        pdf = pymupdf.open()
+        for text in body:
+            page = pdf.new_page()
+            page.insert_textbox(pymupdf.Rect(40, 40, 570, 800), text, fontsize=8)
+        pdf.save(path)
+        with Client(dsn) as client:
+            client.drop_knowledge_base("bench-pdf", if_exists=True)
+            client.create_knowledge_base("bench-pdf")
+        t0 = time.perf_counter()
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kbpg.cli",
+                "--dsn",
+                dsn,
+                "ingest",
+                "bench-pdf",
+                str(path),
+                "--wait",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        seconds = time.perf_counter() - t0
+        with Client(dsn) as client:
+            doc = client.document_status("bench-pdf")[0]
+    out["pdf"] = {
+        "pages": pages,
+        "chunks": doc["chunk_count"],
+        "status": doc["status"],
+        "seconds_to_ready": round(seconds, 1),
+    }
+    return out
+
+
+# --- 6. startup -----------------------------------------------------------------------------
+def bench_startup(dsn: str, quick: bool) -> dict[str, Any]:
+    import psycopg
+
+    times, rss = [], []
+    for _ in range(3 if quick else 5):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            pid = scalar(conn, "SELECT pg_backend_pid()")
+            t0 = time.perf_counter()
+            conn.execute(
+                "SELECT * FROM kb.search('beir-scifact-or-any', 'x')"
+                if False
+                else "SELECT * FROM kb.search((SELECT name FROM kb.knowledge_base WHERE "
+                "embedding_model = 'local/all-MiniLM-L6-v2' ORDER BY id LIMIT 1), "
+                "'does vitamin D prevent fractures')"
+            ).fetchall()
+            times.append(time.perf_counter() - t0)
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                rss.append(int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024)  # type: ignore[union-attr]
+            except (OSError, AttributeError):
+                pass
+    return {
+        "workload": "a new connection's first kb.search (hybrid, default model): PL/Python "
+        "start, imports, model load, query embedding, search",
+        "first_search_s": {
+            "median": round(statistics.median(times), 3),
+            "max": round(max(times), 3),
+        },
+        "backend_rss_mb_after_model_load": round(statistics.median(rss), 1) if rss else None,
+    }
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from kbpg.db import resolve_dsn
+
+    dsn = resolve_dsn(args.dsn)
+    groups = args.only.split(",") if args.only else list(GROUPS)
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        print(f"kbpg bench: unknown group(s) {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    sizes = [10_000, 20_000] if args.quick else [10_000, 100_000]
+    if os.environ.get("KBPG_BENCH_1M"):
+        sizes.append(1_000_000)
+    results: dict[str, Any] = {
+        "machine": f"{platform.node()} {os.cpu_count()} cores, {platform.platform()}",
+        "quick": bool(args.quick),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    runners = {
+        "quality": lambda: bench_quality(dsn, args.quick),
+        "bm25": lambda: bench_bm25(dsn, args.quick),
+        "hybrid": lambda: bench_hybrid(dsn, args.quick, sizes),
+        "hnsw": lambda: bench_hnsw(dsn, args.quick),
+        "ingest": lambda: bench_ingest(dsn, args.quick),
+        "startup": lambda: bench_startup(dsn, args.quick),
+    }
+    for group in groups:
+        _say(f"== {group}")
+        t0 = time.monotonic()
+        results[group] = runners[group]()
+        results[group]["bench_seconds"] = round(time.monotonic() - t0, 1)
+        print_group(group, results[group])
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nwritten: {out}")
+    return 0
+
+
+def print_group(name: str, data: dict[str, Any]) -> None:
+    print(f"\n[{name}] {data.get('workload', '')}")
+    for key, value in data.items():
+        if key == "workload":
+            continue
+        print(f"  {key:28s} {json.dumps(value) if isinstance(value, dict) else value}")

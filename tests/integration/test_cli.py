@@ -1,0 +1,136 @@
+"""The kbpg command line, run as a user would: real processes, real cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+KBPG = [sys.executable, "-m", "kbpg.cli"]
+
+
+def kbpg(
+    *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [*KBPG, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"kbpg {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def test_embedded_cluster_up_status_dsn_down() -> None:
+    home = Path(tempfile.mkdtemp(prefix="kbpg-cli-", dir="/tmp"))
+    home.chmod(0o755)
+    env = {"KBPG_HOME": str(home)}
+    for var in ("KBPG_DSN", "PGHOST", "PGDATABASE", "PGPORT", "PGUSER"):
+        env[var] = ""
+    try:
+        assert "not created" in kbpg("status", env=env).stdout
+        up = kbpg("up", env=env)
+        assert "kbpg is up" in up.stdout
+        assert "running" in kbpg("status", env=env).stdout
+        dsn = kbpg("dsn", env=env).stdout.strip()
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM kb.migration").fetchone()[0] >= 1
+            assert (
+                conn.execute(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+                ).fetchone()[0]
+                >= "0.8"
+            )
+        psql = subprocess.run(
+            ["psql", dsn, "-Atc", "SELECT count(*) FROM kb.knowledge_base"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert psql.stdout.strip() == "0"
+        kbpg("up", env=env)  # idempotent
+        assert "stopped" in kbpg("down", env=env).stdout
+        assert "stopped" in kbpg("status", env=env, check=False).stdout
+    finally:
+        kbpg("down", env=env, check=False)
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_ingest_search_show_status(dsn: str, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "tea.md").write_text("# Tea\n\nGreen tea is brewed at 80 degrees for two minutes.\n")
+    (docs / "bread.md").write_text("# Bread\n\nSourdough bread rises with a starter.\n")
+    (docs / "broken.md").write_bytes(b"\xff\xfe\x00garbage")
+    kbpg("--dsn", dsn, "kb", "create", "cli", "--chunker", "recursive", "--chunk-size", "100")
+    proc = kbpg(
+        "--dsn", dsn, "ingest", "cli", str(docs), "--category", "food", "--wait", check=False
+    )
+    assert proc.returncode == 1  # one file failed; the others went in
+    assert "added     tea.md" in proc.stdout and "added     bread.md" in proc.stdout
+    assert "failed" in proc.stdout and "broken.md" in proc.stdout
+    assert "2 added, 0 replaced, 0 unchanged, 1 failed" in proc.stdout
+    again = kbpg("--dsn", dsn, "ingest", "cli", str(docs / "tea.md"))
+    assert "unchanged tea.md" in again.stdout
+    out = kbpg(
+        "--dsn", dsn, "search", "cli", "how hot should green tea water be", "--top-k", "1"
+    ).stdout
+    assert "tea.md › Tea" in out and "80 degrees" in out
+    js = json.loads(
+        kbpg("--dsn", dsn, "search", "cli", "sourdough", "--method", "full_text", "--json").stdout
+    )
+    assert js[0]["title"] == "bread.md" and js[0]["metadata"]["category"] == "food"
+    show = kbpg("--dsn", dsn, "kb", "show", "cli").stdout
+    assert "documents: ready 2" in show and "recursive" in show
+    status = kbpg("--dsn", dsn, "status").stdout
+    assert "cli" in status and "queued" in status
+    ctx = kbpg("--dsn", dsn, "context", "cli", "green tea temperature").stdout
+    assert "[Source 1: tea.md › Tea]" in ctx
+    err = kbpg("--dsn", dsn, "search", "nope", "x", check=False)
+    assert err.returncode == 2 and 'knowledge base "nope" does not exist' in err.stderr
+    err = kbpg("--dsn", dsn, "search", "cli", "x", "--filter", "{bad json", check=False)
+    assert err.returncode == 2 and "--filter is not valid JSON" in err.stderr
+
+
+def test_eval_on_a_tiny_beir_dataset(dsn: str, tmp_path: Path) -> None:
+    ds = tmp_path / "tiny"
+    (ds / "qrels").mkdir(parents=True)
+    corpus = {
+        "d1": ("Cats", "Cats are small felines that hunt mice."),
+        "d2": ("Tea", "Green tea is brewed at eighty degrees."),
+        "d3": ("Volcanoes", "Volcanoes erupt molten lava and ash."),
+        "d4": ("Bread", "Sourdough bread rises with a starter culture."),
+    }
+    (ds / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": k, "title": t, "text": x}) + "\n" for k, (t, x) in corpus.items()
+        )
+    )
+    (ds / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "which animal hunts mice"})
+        + "\n"
+        + json.dumps({"_id": "q2", "text": "lava from a volcano"})
+        + "\n"
+        + json.dumps({"_id": "q9", "text": "not judged"})
+        + "\n"
+    )
+    (ds / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\n")
+    out = kbpg("--dsn", dsn, "eval", str(ds), "--method", "hybrid", "--json").stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["method"] == "hybrid" and result["queries"] == 2
+    assert set(result) >= {"ndcg@10", "recall@10", "recall@100", "mrr@10"}
+    assert result["ndcg@10"] == 1.0 and result["mrr@10"] == 1.0
+    # The second run reuses the loaded KB.
+    again = kbpg("--dsn", dsn, "eval", str(ds), "--method", "full_text")
+    assert "reusing knowledge base 'beir-tiny'" in again.stderr
+    assert "ndcg@10" in again.stdout
