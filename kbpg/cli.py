@@ -396,6 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=JSON",
         help="extra kb.search option, e.g. fusion_depth=200",
     )
+    e.add_argument("--indexing-config", help="indexing_config (JSON) for a new KB")
+    e.add_argument(
+        "--whole-documents",
+        action="store_true",
+        help="one chunk per document, the model reading its start (BEIR's protocol)",
+    )
     e.set_defaults(func=cmd_eval)
 
     b = sub.add_parser("bench", help="benchmarks (quality, speed, scale)")

@@ -86,6 +86,11 @@ def default_home() -> Path:
     return home
 
 
+def _server_env() -> dict[str, str]:
+    """The environment for server commands: the caller's PG* settings would misdirect them."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -130,7 +135,13 @@ class Cluster:
         if is_root():
             cmd = ["runuser", "-u", SERVER_USER, "--", *cmd]
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, cwd="/", timeout=timeout, check=False
+            cmd,
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=timeout,
+            check=False,
+            env=_server_env(),
         )
         if check and proc.returncode != 0:
             raise ClusterError(
@@ -235,7 +246,12 @@ class Cluster:
         cmd = [str(self.bindir / "pg_ctl"), "status", "-D", str(self.data)]
         if is_root():
             cmd = ["runuser", "-u", SERVER_USER, "--", *cmd]
-        return subprocess.run(cmd, capture_output=True, cwd="/", check=False).returncode == 0
+        return (
+            subprocess.run(
+                cmd, capture_output=True, cwd="/", check=False, env=_server_env()
+            ).returncode
+            == 0
+        )
 
     def start(self) -> None:
         self.init()

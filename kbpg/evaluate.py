@@ -18,6 +18,15 @@ from typing import Any
 
 from kbpg.errors import KbpgError
 
+# BEIR's own protocol: every corpus entry is one passage; the embedding model reads its
+# first 256 word pieces (an explicit opt-in to truncation).
+WHOLE_DOCUMENTS = {
+    "chunker": "recursive",
+    "chunk_size": 8000,
+    "chunk_overlap": 0,
+    "truncate_for_embedding": True,
+}
+
 
 @dataclass
 class Dataset:
@@ -214,8 +223,20 @@ def run_eval(args: argparse.Namespace) -> int:
         options[key] = json.loads(value)
     if args.rerank:
         options["rerank"] = True
+    icfg = json.loads(args.indexing_config) if args.indexing_config else {}
+    if args.whole_documents:
+        icfg = {**WHOLE_DOCUMENTS, **icfg}
+        kb = args.kb or f"beir-{data.name}-whole"
     with Client(dsn) as client:
-        ensure_loaded(client, dsn, kb, data, concurrency=args.concurrency, quiet=args.json)
+        ensure_loaded(
+            client,
+            dsn,
+            kb,
+            data,
+            concurrency=args.concurrency,
+            quiet=args.json,
+            indexing_config=icfg,
+        )
         result = evaluate(
             client, kb, data, args.method, args.top_k, options, show_progress=not args.json
         )

@@ -496,3 +496,19 @@ CREATE OR REPLACE VIEW kb.knowledge_base_usage AS
   FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
   GROUP BY k.name;
 COMMENT ON VIEW kb.knowledge_base_usage IS 'Tokens embedded and provider cost per KB.';
+
+-- Chunks carry their document's metadata (filters read it there, next to the vectors);
+-- a direct UPDATE of kb.document.metadata by a DBA reaches them too.
+CREATE OR REPLACE FUNCTION kb._document_metadata_sync() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  UPDATE kb.chunk SET metadata = NEW.metadata WHERE document_id = NEW.id;
+  RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS document_metadata_sync ON kb.document;
+CREATE TRIGGER document_metadata_sync AFTER UPDATE OF metadata ON kb.document
+  FOR EACH ROW WHEN (OLD.metadata IS DISTINCT FROM NEW.metadata)
+  EXECUTE FUNCTION kb._document_metadata_sync();

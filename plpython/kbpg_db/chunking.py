@@ -180,12 +180,17 @@ def _split_span(
     overlap: int,
     allowed: tuple[int, ...],
 ) -> list[tuple[int, int, int]]:
-    out = []
+    out: list[tuple[int, int, int]] = []
     piece = text[start:end]
     for a, b in _windows(piece, size, overlap, allowed):
-        fitted = _fit(text, start + a, start + b, size)
-        if fitted:
+        pos, stop = start + a, start + b
+        # A window that had to shrink to fit leaves a tail: it becomes the next chunk.
+        while pos < stop:
+            fitted = _fit(text, pos, stop, size)
+            if fitted is None:
+                break
             out.append(fitted)
+            pos = fitted[1]
     return out
 
 

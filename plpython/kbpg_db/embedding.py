@@ -203,13 +203,20 @@ def embed_remote(cfg: IndexingConfig, texts: list[str], api_key: str | None) -> 
     return Embeddings(vectors, total_tokens, cost if cost_known else None, calls)
 
 
-def embed(cfg: IndexingConfig, texts: list[str], api_key: str | None = None) -> Embeddings:
-    """Embed ``texts`` with the KB's model; check every vector has the KB's dimension."""
+def embed(
+    cfg: IndexingConfig,
+    texts: list[str],
+    api_key: str | None = None,
+    token_counts: list[int] | None = None,
+) -> Embeddings:
+    """Embed ``texts`` with the KB's model; check every vector has the KB's dimension.
+
+    ``token_counts`` (cl100k, known to the indexing path) is what the local model reports
+    as tokens embedded; queries pass none, so the query path never loads tiktoken.
+    """
     if cfg.embedding_model == LOCAL_MODEL:
         arr = local_model().embed(texts, batch_size=cfg.batch_size)
-        result = Embeddings(
-            arr.tolist(), sum(tokens.count(t) for t in texts), 0.0, 1 if texts else 0
-        )
+        result = Embeddings(arr.tolist(), sum(token_counts or []), 0.0, 1 if texts else 0)
     else:
         result = embed_remote(cfg, texts, api_key)
     for vec in result.vectors:

@@ -98,13 +98,14 @@ def chunk_and_embed(
     plpy: Any, content: str, indexing_config: Any, page_starts: list[int] | None
 ) -> dict[str, Any]:
     """Chunk a document and embed its chunks: the compute half of indexing one document."""
-    from kbpg_db import config, embedding
+    from kbpg_db import config, embedding, tokens
 
     rows = preview_chunks(plpy, content, indexing_config, page_starts)
     cfg = config.IndexingConfig.model_validate(_json(indexing_config))
     key = api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model))
     try:
-        result = embedding.embed(cfg, [r["embed_text"] for r in rows], key)
+        texts = [r["embed_text"] for r in rows]
+        result = embedding.embed(cfg, texts, key, [tokens.count(t) for t in texts])
     except ValueError as exc:
         plpy.error(str(exc), sqlstate=DATA_EXCEPTION)
     except Exception as exc:

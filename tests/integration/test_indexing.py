@@ -359,3 +359,58 @@ def test_failed_reindex_keeps_the_old_generation(
     assert status == "failed" and error
     assert client.search("re", "cats", top_k=1)[0].title == "a"
     assert client.document_status("re")[0]["status"] == "ready"
+
+
+def test_token_and_cost_accounting(client: Client, conn: psycopg.Connection) -> None:
+    """A model litellm prices: cost per document and per KB come from its price map."""
+    with FakeProvider(dim=1536) as p:
+        allow_fake_key(conn)
+        client.create_knowledge_base(
+            "cost",
+            {
+                "embedding_model": "openai/text-embedding-3-small",
+                "api_base": p.url + "/v1",
+                "api_key_name": "FAKE_KEY",
+            },
+        )
+        client.conn.execute("SET kb.fake_key = 'test-key'")
+        client.add_text("cost", "a", "one two three four five six seven eight")
+        client.add_text("cost", "b", "nine ten eleven")
+        run_worker(conn.info.dsn)
+    docs = {d["title"]: d for d in client.document_status("cost")}
+    assert docs["a"]["tokens_embedded"] == 8 and docs["b"]["tokens_embedded"] == 3
+    assert docs["a"]["embedding_cost_usd"] > 0
+    usage = conn.execute(
+        "SELECT tokens_embedded, embedding_cost_usd FROM kb.knowledge_base_usage WHERE kb = 'cost'"
+    ).fetchone()
+    assert usage[0] == 11
+    assert usage[1] == docs["a"]["embedding_cost_usd"] + docs["b"]["embedding_cost_usd"]
+
+
+def test_async_client(dsn: str, provider: FakeProvider, conn: psycopg.Connection) -> None:
+    import asyncio
+
+    from kbpg.client import AsyncClient
+    from tests.helpers import remote_config
+
+    allow_fake_key(conn)
+
+    async def scenario() -> None:
+        client = await AsyncClient.connect(dsn)
+        async with client:
+            await client.create_knowledge_base("async", remote_config(provider))
+            added = await client.add_text(
+                "async", "tea", "Green tea is brewed at 80 degrees.", metadata={"category": "food"}
+            )
+            assert added.action == "added"
+            await asyncio.to_thread(run_worker, dsn)
+            rows = await client.search(
+                "async", "green tea", method="full_text", filter={"category": "food"}
+            )
+            assert rows[0].title == "tea"
+            status = await client.document_status("async")
+            assert status[0]["status"] == "ready"
+            names = [k["name"] for k in await client.list_knowledge_bases()]
+            assert names == ["async"]
+
+    asyncio.run(scenario())

@@ -142,3 +142,57 @@ def test_hostile_names_are_just_names(client: Client, conn: psycopg.Connection, 
     assert client.document_status(name)[0]["title"] == name
     assert conn.execute("SELECT count(*) FROM kb.document").fetchone()[0] == 1
     assert client.drop_knowledge_base(name)
+
+
+def test_dba_metadata_update_reaches_filters(client: Client, conn: psycopg.Connection) -> None:
+    from tests.fakeprovider import FakeProvider
+    from tests.helpers import remote_kb, run_worker
+
+    with FakeProvider() as provider:
+        remote_kb(client, conn, provider, "m")
+        client.add_text("m", "tea", "Green tea is brewed at 80 degrees.", {"category": "food"})
+        run_worker(conn.info.dsn)
+        conn.execute('UPDATE kb.document SET metadata = \'{"category": "drinks"}\'')
+        assert client.search("m", "tea", method="full_text", filter={"category": "food"}) == []
+        rows = client.search("m", "tea", method="full_text", filter={"category": "drinks"})
+        assert [r.title for r in rows] == ["tea"]
+
+
+def test_replacement_keeps_old_chunks_until_new_ones_are_ready(
+    client: Client, conn: psycopg.Connection
+) -> None:
+    from tests.fakeprovider import FakeProvider
+    from tests.helpers import remote_kb, run_worker
+
+    with FakeProvider() as provider:
+        remote_kb(client, conn, provider, "r")
+        client.add_text("r", "doc", "The old text talks about zebras.")
+        run_worker(conn.info.dsn)
+        assert (
+            client.add_text("r", "doc", "The new text talks about giraffes.").action == "replaced"
+        )
+        # Not indexed yet: searches still find the complete old version.
+        assert [r.title for r in client.search("r", "zebras", method="full_text")] == ["doc"]
+        assert client.search("r", "giraffes", method="full_text") == []
+        assert client.document_status("r")[0]["status"] == "pending"
+        run_worker(conn.info.dsn)
+        assert client.search("r", "zebras", method="full_text") == []
+        assert [r.title for r in client.search("r", "giraffes", method="full_text")] == ["doc"]
+
+
+def test_one_megabyte_single_line_file(client: Client, conn: psycopg.Connection, tmp_path) -> None:
+    from tests.fakeprovider import FakeProvider
+    from tests.helpers import remote_kb, run_worker
+
+    line = tmp_path / "line.txt"
+    line.write_text(("alpha beta gamma delta " * 45_000)[:1_000_000])
+    with FakeProvider() as provider:
+        remote_kb(
+            client, conn, provider, "big", chunker="fixed_size", chunk_size=1000, chunk_overlap=0
+        )
+        client.add_file("big", line)
+        run_worker(conn.info.dsn)
+    doc = client.document_status("big")[0]
+    assert doc["status"] == "ready" and doc["chunk_count"] > 100
+    covered = conn.execute("SELECT max(char_end) FROM kb.chunk").fetchone()[0]
+    assert covered >= 999_990

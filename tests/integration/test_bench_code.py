@@ -1,0 +1,43 @@
+"""A tiny run of the benchmark code, so `make bench` keeps working. No timing asserted."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from kbpg import bench
+
+
+@pytest.fixture
+def scifact() -> None:
+    if not (bench.scifact_dir() / "corpus.jsonl").is_file():
+        pytest.fail(f"SciFact data missing at {bench.scifact_dir()} (set KBPG_SCIFACT)")
+
+
+def test_synthetic_corpus_and_baselines(conn: psycopg.Connection, scifact: None) -> None:
+    ix = bench.build_synthetic_kb(conn, "syn", 400)
+    assert (
+        conn.execute("SELECT n_chunks FROM kb.kb_index WHERE id = %s", (ix,)).fetchone()[0] == 400
+    )
+    assert (
+        conn.execute("SELECT count(*) FROM kb.embedding WHERE index_id = %s", (ix,)).fetchone()[0]
+        == 400
+    )
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = %s", (f"embedding_hnsw_{ix}",)
+        ).fetchone()[0]
+        == 1
+    )
+    rare = conn.execute(
+        "SELECT count(*) FROM kb.chunk WHERE metadata->>'category' = 'rare'"
+    ).fetchone()[0]
+    assert 20 <= rare <= 60
+    assert bench.build_synthetic_kb(conn, "syn", 400) == ix  # reused
+    query = bench.bench_queries(1)[0]
+    titles = bench.ts_rank_cd_run(conn, "syn", query, 10)
+    assert len(titles) == len(set(titles)) <= 10
+    ours = conn.execute("SELECT chunk_id FROM kb.bm25_search(%s, %s, 10)", (ix, query)).fetchall()
+    assert ours
+    lat = bench._lat([0.001, 0.002, 0.003])
+    assert lat["p50_ms"] == 2.0 and lat["n"] == 3
