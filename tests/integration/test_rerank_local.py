@@ -94,7 +94,7 @@ def test_local_onnx_reranker(
             ).fetchall()
         )
         want = expected_scores(weights, folder, query, [contents[c] for c in docs])
-        for (cid, row), score in zip(docs.items(), want, strict=True):
+        for row, score in zip(docs.values(), want, strict=True):
             assert (
                 row["rerank_score"] == np.float32(score) or abs(row["rerank_score"] - score) < 1e-4
             )

@@ -74,7 +74,11 @@ TEXT = st.text(
 )
 
 
-@settings(max_examples=int(os.environ.get("KBPG_HYPOTHESIS_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("KBPG_HYPOTHESIS_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     text=TEXT,
     chunker=st.sampled_from(CHUNKERS),
