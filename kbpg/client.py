@@ -78,9 +78,17 @@ class PutResult:
 
 
 def _named_call(
-    function: str, fixed: dict[str, Any], options: dict[str, Any], allowed: tuple[str, ...]
+    function: str,
+    fixed: dict[str, Any],
+    options: dict[str, Any],
+    allowed: tuple[str, ...],
+    json_text: bool = True,
 ) -> tuple[str, list[Any]]:
-    """``kb.fn(a => $1, b => $2, ...)`` with only known option names (never user text)."""
+    """``kb.fn(a => $1, b => $2, ...)`` with only known option names (never user text).
+
+    JSON options go as text for psycopg; asyncpg's jsonb codec takes the objects
+    (``json_text=False``).
+    """
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ConfigError(
@@ -92,7 +100,7 @@ def _named_call(
     for name, value in [*fixed.items(), *options.items()]:
         if value is None:
             continue
-        if name in JSON_OPTIONS:
+        if name in JSON_OPTIONS and json_text:
             value = json.dumps(value)
         names.append(name)
         values.append(value)
@@ -125,6 +133,10 @@ def _document_args(doc: LoadedDocument, kb: str) -> list[Any]:
     ]
 
 
+DOCUMENT_STATUS_SQL = (
+    "SELECT * FROM kb.document_status WHERE kb = $1 AND ($2::text IS NULL OR title = $2) "
+    "ORDER BY document_id"
+)
 PUT_SQL = (
     "SELECT document_id, action FROM kb.put_document($1, $2, $3, $4::jsonb, $5, $6, $7::integer[])"
 )
@@ -232,11 +244,7 @@ class Client:
         )
 
     def document_status(self, kb: str, title: str | None = None) -> list[dict[str, Any]]:
-        return self._rows(
-            "SELECT * FROM kb.document_status WHERE kb = $1 AND ($2::text IS NULL OR title = $2) "
-            "ORDER BY document_id",
-            [kb, title],
-        )
+        return self._rows(DOCUMENT_STATUS_SQL, [kb, title])
 
     def queue_status(self) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM kb.queue_status()")
@@ -349,33 +357,19 @@ class AsyncClient:
         return await self.put(kb, doc)
 
     async def document_status(self, kb: str, title: str | None = None) -> list[dict[str, Any]]:
-        return await self._rows(
-            "SELECT * FROM kb.document_status WHERE kb = $1 AND ($2::text IS NULL OR title = $2) "
-            "ORDER BY document_id",
-            [kb, title],
-        )
+        return await self._rows(DOCUMENT_STATUS_SQL, [kb, title])
 
     async def search(self, kb: str, query: str, **options: Any) -> list[SearchResult]:
-        sql, params = _named_call("search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS)
-        params = [
-            json.loads(p) if isinstance(p, str) and sql_is_json(sql, i) else p
-            for i, p in enumerate(params, start=1)
-        ]
+        sql, params = _named_call(
+            "search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS, json_text=False
+        )
         return [SearchResult(**row) for row in await self._rows(sql, params)]
 
     async def build_context(self, kb: str, query: str, **options: Any) -> dict[str, Any]:
         sql, params = _named_call(
-            "build_context", {"kb": kb, "query": query}, options, CONTEXT_OPTIONS
+            "build_context", {"kb": kb, "query": query}, options, CONTEXT_OPTIONS, json_text=False
         )
-        params = [
-            json.loads(p) if isinstance(p, str) and sql_is_json(sql, i) else p
-            for i, p in enumerate(params, start=1)
-        ]
         return (await self._rows(sql, params))[0]
-
-
-def sql_is_json(sql: str, index: int) -> bool:
-    return f"${index}::jsonb" in sql
 
 
 def _asyncpg_dsn(dsn: str) -> str:

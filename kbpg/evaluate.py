@@ -18,9 +18,12 @@ from typing import Any
 
 from kbpg.errors import KbpgError
 
+# A BEIR document is its title, a newline, then its text: the chunker is told so.
+EVAL_CONFIG: dict[str, Any] = {"title_line": True}
+
 # BEIR's own protocol: every corpus entry is one passage; the embedding model reads its
 # first 256 word pieces (an explicit opt-in to truncation).
-WHOLE_DOCUMENTS = {
+WHOLE_DOCUMENTS: dict[str, Any] = {
     "chunker": "recursive",
     "chunk_size": 8000,
     "chunk_overlap": 0,
@@ -223,7 +226,9 @@ def run_eval(args: argparse.Namespace) -> int:
         options[key] = json.loads(value)
     if args.rerank:
         options["rerank"] = True
-    icfg = json.loads(args.indexing_config) if args.indexing_config else {}
+    icfg: dict[str, Any] = dict(EVAL_CONFIG)
+    if args.indexing_config:
+        icfg.update(json.loads(args.indexing_config))
     if args.whole_documents:
         icfg = {**WHOLE_DOCUMENTS, **icfg}
         kb = args.kb or f"beir-{data.name}-whole"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,15 +71,39 @@ def migrate(
     *,
     with_sql: bool = True,
     migrations: list[Script] | None = None,
+    attempts: int = 30,
 ) -> list[str]:
     """Bring the kb schema up to date on a psycopg connection. Returns what was applied.
 
-    ``upto`` stops after the named migration (for upgrade tests).
+    ``upto`` stops after the named migration (for upgrade tests). A live database is
+    fine: each try waits at most ``lock_timeout`` (shorter than the server's deadlock
+    check) for a table lock, so it is migrate that backs off and retries, never a
+    search or a worker that gets cancelled as a deadlock victim.
     """
+    import psycopg
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return _migrate_once(conn, upto, with_sql=with_sql, migrations=migrations)
+        except psycopg.errors.LockNotAvailable:
+            if attempt == attempts:
+                raise
+            time.sleep(min(0.2 * attempt, 3.0))
+    raise AssertionError("unreachable")
+
+
+def _migrate_once(
+    conn: Any,
+    upto: str | None = None,
+    *,
+    with_sql: bool = True,
+    migrations: list[Script] | None = None,
+) -> list[str]:
     applied: list[str] = []
     migrations = scripts(migrations_dir()) if migrations is None else migrations
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        conn.execute("SET LOCAL lock_timeout = '500ms'")
         conn.execute(BOOTSTRAP)
         done = dict(conn.execute("SELECT name, sha256 FROM kb.migration").fetchall())
         for script in migrations:

@@ -220,8 +220,7 @@ BEGIN
   RETURN NEW;
 END
 $$;
-DROP TRIGGER IF EXISTS knowledge_base_check ON kb.knowledge_base;
-CREATE TRIGGER knowledge_base_check BEFORE UPDATE ON kb.knowledge_base
+CREATE OR REPLACE TRIGGER knowledge_base_check BEFORE UPDATE ON kb.knowledge_base
   FOR EACH ROW EXECUTE FUNCTION kb._knowledge_base_check();
 
 CREATE OR REPLACE FUNCTION kb.list_knowledge_bases()

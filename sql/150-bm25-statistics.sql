@@ -86,14 +86,11 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER IF EXISTS chunk_after_insert ON kb.chunk;
-CREATE TRIGGER chunk_after_insert AFTER INSERT ON kb.chunk
+CREATE OR REPLACE TRIGGER chunk_after_insert AFTER INSERT ON kb.chunk
   REFERENCING NEW TABLE AS new_chunks
   FOR EACH STATEMENT EXECUTE FUNCTION kb._chunk_after_insert();
-DROP TRIGGER IF EXISTS chunk_after_delete ON kb.chunk;
-CREATE TRIGGER chunk_after_delete AFTER DELETE ON kb.chunk
+CREATE OR REPLACE TRIGGER chunk_after_delete AFTER DELETE ON kb.chunk
   REFERENCING OLD TABLE AS old_chunks
   FOR EACH STATEMENT EXECUTE FUNCTION kb._chunk_after_delete();
-DROP TRIGGER IF EXISTS chunk_no_update ON kb.chunk;
-CREATE TRIGGER chunk_no_update BEFORE UPDATE ON kb.chunk
+CREATE OR REPLACE TRIGGER chunk_no_update BEFORE UPDATE ON kb.chunk
   FOR EACH ROW EXECUTE FUNCTION kb._chunk_no_update();

@@ -144,15 +144,15 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_kb kb.knowledge_base;
+  v_id bigint;
 BEGIN
-  v_kb := kb._get_kb(kb);
-  DELETE FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = delete_document.title;
+  SELECT d.id INTO v_id FROM kb.document d
+   WHERE d.kb_id = (kb._get_kb(kb)).id AND d.title = delete_document.title;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
       USING ERRCODE = 'no_data_found';
   END IF;
-  RETURN true;
+  RETURN kb.delete_document(kb, v_id);
 END
 $$;
 COMMENT ON FUNCTION kb.delete_document(text, text) IS
@@ -283,8 +283,7 @@ BEGIN
   RETURN NULL;
 END
 $$;
-DROP TRIGGER IF EXISTS job_notify ON kb.job;
-CREATE TRIGGER job_notify AFTER INSERT ON kb.job
+CREATE OR REPLACE TRIGGER job_notify AFTER INSERT ON kb.job
   REFERENCING NEW TABLE AS new_jobs
   FOR EACH STATEMENT EXECUTE FUNCTION kb._job_notify();
 
@@ -508,7 +507,6 @@ BEGIN
   RETURN NULL;
 END
 $$;
-DROP TRIGGER IF EXISTS document_metadata_sync ON kb.document;
-CREATE TRIGGER document_metadata_sync AFTER UPDATE OF metadata ON kb.document
+CREATE OR REPLACE TRIGGER document_metadata_sync AFTER UPDATE OF metadata ON kb.document
   FOR EACH ROW WHEN (OLD.metadata IS DISTINCT FROM NEW.metadata)
   EXECUTE FUNCTION kb._document_metadata_sync();

@@ -194,19 +194,36 @@ def _split_span(
     return out
 
 
+def title_line_of(text: str) -> str:
+    """The first line of a text, when it reads like a title (short, more text follows)."""
+    stripped = text.strip()
+    first, sep, _rest = stripped.partition("\n")
+    first = first.strip()
+    return first if sep and first and len(first) <= 300 else ""
+
+
 def chunk_text(
     text: str,
     chunker: str = "markdown_header",
     chunk_size: int = 200,
     chunk_overlap: int = 20,
+    title_line: bool = False,
 ) -> list[Chunk]:
-    """Split ``text`` into chunks of at most ``chunk_size`` cl100k tokens."""
+    """Split ``text`` into chunks of at most ``chunk_size`` cl100k tokens.
+
+    With ``title_line`` the document's first line is taken as its title and repeated at
+    the head of every later chunk's embedded (and BM25) text, within the same budget.
+    """
     if chunker not in CHUNKERS:
         raise ValueError(f"unknown chunker {chunker!r}; expected one of {', '.join(CHUNKERS)}")
     if chunk_size < 1:
         raise ValueError("chunk_size must be at least 1 token")
     if not 0 <= chunk_overlap < chunk_size:
         raise ValueError("chunk_overlap must be between 0 and chunk_size - 1 tokens")
+    title = title_line_of(text) if title_line else ""
+    if title:
+        chunk_size = max(chunk_size - tokens.count(title + "\n\n"), min(chunk_size, 16))
+        chunk_overlap = min(chunk_overlap, chunk_size - 1)
     chunks: list[Chunk] = []
     if chunker == "fixed_size":
         for s, e, n in _split_span(text, 0, len(text), chunk_size, chunk_overlap, (WORD,)):
@@ -231,6 +248,8 @@ def chunk_text(
         chunk.embed_text = (
             f"{chunk.header_path}\n\n{chunk.content}" if chunk.heading_path else chunk.content
         )
+        if title and not chunk.content.startswith(title):
+            chunk.embed_text = f"{title}\n\n{chunk.embed_text}"
     return chunks
 
 

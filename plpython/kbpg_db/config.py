@@ -56,6 +56,9 @@ class IndexingConfig(_Strict):
     max_input_tokens: int | None = Field(
         None, ge=16, description="longest chunk the model takes (cl100k); known models know it"
     )
+    title_line: bool = Field(
+        False, description="first line is the title: repeat it in every chunk's text"
+    )
     truncate_for_embedding: bool = Field(
         False, description="allow chunks longer than the model input; the model reads the start"
     )

@@ -74,7 +74,7 @@ def preview_chunks(
     cfg = _config_or_error(plpy, "indexing_config", indexing_config)
     try:
         chunks = chunking.chunk_text(
-            content, cfg["chunker"], cfg["chunk_size"], cfg["chunk_overlap"]
+            content, cfg["chunker"], cfg["chunk_size"], cfg["chunk_overlap"], cfg["title_line"]
         )
     except ValueError as exc:
         plpy.error(str(exc), sqlstate=INVALID_PARAMETER)

@@ -106,3 +106,43 @@ def test_functions_pin_search_path_and_are_documented(conn: psycopg.Connection) 
         assert config and any(c.startswith("search_path=kb") for c in config), name
         if not name.startswith("_"):
             assert comment, f"kb.{name} has no COMMENT"
+
+
+def test_migrate_on_a_live_database_never_breaks_searches(dsn: str) -> None:
+    import threading
+
+    from kbpg.client import Client
+    from tests.fakeprovider import FakeProvider
+    from tests.helpers import remote_kb, run_worker
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    with FakeProvider() as provider, Client(dsn) as client:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            remote_kb(client, admin, provider, "live")
+        for i in range(20):
+            client.add_text("live", f"d{i}", f"document {i} about cats and tea")
+        run_worker(dsn)
+
+        def searcher() -> None:
+            with Client(dsn) as c:
+                while not stop.is_set():
+                    try:
+                        assert c.search("live", "cats tea", method="full_text", top_k=5)
+                        c.document_status("live")
+                    except BaseException as exc:
+                        errors.append(exc)
+                        return
+
+        threads = [threading.Thread(target=searcher) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                for _ in range(5):
+                    migrate(conn)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+    assert not errors, errors[0]

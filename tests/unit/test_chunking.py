@@ -107,3 +107,14 @@ def test_chunk_invariants(text: str, chunker: str, size: int, overlap_frac: floa
         if b.char_start < a.char_end:
             shared = text[b.char_start : a.char_end]
             assert tokens.count(shared) <= overlap + 2
+
+
+def test_title_line_is_repeated_in_later_chunks() -> None:
+    text = "Vitamin D and bone fractures\n" + "Patients took supplements daily. " * 60
+    plain = chunk_text(text, "recursive", 60, 0)
+    titled = chunk_text(text, "recursive", 60, 0, title_line=True)
+    assert all(not c.embed_text.startswith("Vitamin D") for c in plain[1:])
+    assert titled[0].embed_text == titled[0].content  # holds the title already
+    assert all(c.embed_text.startswith("Vitamin D and bone fractures\n\n") for c in titled[1:])
+    assert all(tokens.count(c.embed_text) <= 60 + 1 for c in titled)
+    assert chunk_text("one line only", "recursive", 60, 0, title_line=True)[0].embed_text == "one line only"
