@@ -119,6 +119,8 @@ class RetrievalConfig(_Strict):
     similarity_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     bm25_k1: float = Field(1.2, ge=0.0, le=10.0)
     bm25_b: float = Field(0.75, ge=0.0, le=1.0)
+    # 100: recall@10 0.99 on real MiniLM vectors, 0.968 on the harder synthetic 100k set
+    # of `make bench` (200 reaches 0.992 there, at ~9 ms more per hybrid query).
     ef_search: int = Field(100, ge=1, le=1000)
     rerank: bool = False
     rerank_model: str | None = Field(None, max_length=2000)
