@@ -366,8 +366,7 @@ def bench_hnsw(dsn: str, quick: bool) -> dict[str, Any]:
                 total += len(truth)
             out["real_scifact_ef100"] = round(hits / total, 4)
             out["real_workload"] = (
-                f"{n_real} real MiniLM chunk vectors of SciFact, 50 SciFact "
-                "queries, ef_search 100"
+                f"{n_real} real MiniLM chunk vectors of SciFact, 50 SciFact queries, ef_search 100"
             )
     return out
 

@@ -48,11 +48,15 @@ def run_demo(args: argparse.Namespace) -> int:
                 snippet = " ".join(r.content.split())
                 print(f"{r.rank}. [{r.score:.3f}] {r.source}")
                 print(f"   {snippet[:160]}{'…' if len(snippet) > 160 else ''}")
-        query = "Can you reset my vault passphrase for me?"
-        print(f"\n=== kb.build_context({KB!r}, {query!r}, token_budget => 400)")
-        ctx = client.build_context(KB, query, token_budget=400, relevance_threshold=0.3)
-        print(ctx["context"])
-        print(f"--- has_relevant={ctx['has_relevant']}, {ctx['tokens_used']} tokens")
+        for query in (
+            "How do I restore a single file from last week?",
+            "What will the weather be in Paris tomorrow?",
+        ):
+            print(f"\n=== kb.build_context({KB!r}, {query!r}, relevance_threshold => 0.4)")
+            ctx = client.build_context(KB, query, token_budget=400, relevance_threshold=0.4)
+            print(ctx["context"])
+            fallback = f", fallback: {ctx['fallback']!r}" if ctx["fallback"] else ""
+            print(f"--- has_relevant={ctx['has_relevant']}, {ctx['tokens_used']} tokens{fallback}")
     print(
         '\nTry it yourself:  psql "$(.venv/bin/kbpg dsn)" -c '
         f"\"SELECT rank, title, score FROM kb.search('{KB}', 'restore a whole machine')\""

@@ -63,9 +63,12 @@ def markdown_sections(text: str) -> list[Section]:
     current_start = 0
     current_path: list[str] = []
     fence: str | None = None
+    heading_only, heading_level = False, 0
     pos = 0
     for line in text.splitlines(keepends=True):
         fence_match = _FENCE.match(line)
+        if fence_match or fence is not None:
+            heading_only = False
         if fence_match:
             marker = fence_match.group(1)
             if fence is None:
@@ -75,13 +78,20 @@ def markdown_sections(text: str) -> list[Section]:
         elif fence is None:
             heading = _HEADING.match(line.rstrip("\r\n"))
             if heading:
-                if pos > current_start:
-                    sections.append(Section(current_start, pos, current_path))
                 level = len(heading.group(1))
+                # A heading with nothing under it but a deeper heading joins that section
+                # (its line stays in the text) instead of becoming a heading-only chunk.
+                bare = heading_only and level > heading_level
+                if pos > current_start and not bare:
+                    sections.append(Section(current_start, pos, current_path))
                 path = [(lvl, title) for lvl, title in path if lvl < level]
                 path.append((level, heading.group(2).strip()))
                 current_path = [title for _, title in path]
-                current_start = pos
+                if not bare:
+                    current_start = pos
+                heading_only, heading_level = True, level
+            elif line.strip():
+                heading_only = False
         pos += len(line)
     if len(text) > current_start:
         sections.append(Section(current_start, len(text), current_path))

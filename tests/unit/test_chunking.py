@@ -22,14 +22,15 @@ def test_markdown_sections_skip_fenced_code() -> None:
 def test_heading_path_resets_by_level() -> None:
     text = "# A\n## B\n### C\nx\n## D\ny\n# E\nz"
     chunks = chunk_text(text, "markdown_header", 50, 0)
-    assert [c.heading_path for c in chunks] == [
-        ["A"],
-        ["A", "B"],
-        ["A", "B", "C"],
-        ["A", "D"],
-        ["E"],
-    ]
-    assert chunks[3].embed_text.startswith("A > D\n\n")
+    # Headings with nothing but a deeper heading under them join that section.
+    assert [c.heading_path for c in chunks] == [["A", "B", "C"], ["A", "D"], ["E"]]
+    assert chunks[0].content.startswith("# A\n## B\n### C")
+    assert chunks[1].embed_text.startswith("A > D\n\n")
+
+
+def test_a_fenced_block_is_content() -> None:
+    text = "# A\n```\ncode\n```\n## B\nmore"
+    assert [s.heading_path for s in markdown_sections(text)] == [["A"], ["A", "B"]]
 
 
 def test_recursive_prefers_paragraphs_then_sentences() -> None:
