@@ -414,3 +414,37 @@ def test_async_client(dsn: str, provider: FakeProvider, conn: psycopg.Connection
             assert names == ["async"]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("chunker", ["recursive", "fixed_size"])
+def test_folder_and_pdf_with_other_chunkers(
+    client: Client, conn: psycopg.Connection, tmp_path: Path, chunker: str
+) -> None:
+    """A Markdown folder and a PDF through the worker with the local model, per chunker."""
+    from kbpg.loaders import discover, load_file
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text(MARKDOWN * 4)
+    make_pdf(
+        docs / "manual.pdf",
+        [
+            "The espresso machine heats water to 93 degrees before each shot. " * 12,
+            "Descale the machine every month with citric acid to remove limescale. " * 12,
+        ],
+    )
+    client.create_knowledge_base("k", {"chunker": chunker, "chunk_size": 64, "chunk_overlap": 8})
+    for path, root in discover([docs]):
+        client.put("k", load_file(path, root=root))
+    assert run_worker(conn.info.dsn).done == 2
+    rows = conn.execute(
+        "SELECT c.char_start, c.char_end, c.content, d.content, c.page, c.token_count, d.title "
+        "FROM kb.chunk c JOIN kb.document d ON d.id = c.document_id"
+    ).fetchall()
+    assert len(rows) > 6
+    for start, end, content, doc, _, tokens, _ in rows:
+        assert doc[start:end] == content and 0 < tokens <= 64
+    assert {r[4] for r in rows if r[6] == "manual.pdf"} == {1, 2}
+    assert {r[4] for r in rows if r[6] == "guide.md"} == {None}
+    top = client.search("k", "how do I remove limescale?", method="vector", top_k=1)[0]
+    assert (top.title, top.page) == ("manual.pdf", 2)

@@ -118,4 +118,7 @@ def test_title_line_is_repeated_in_later_chunks() -> None:
     assert titled[0].embed_text == titled[0].content  # holds the title already
     assert all(c.embed_text.startswith("Vitamin D and bone fractures\n\n") for c in titled[1:])
     assert all(tokens.count(c.embed_text) <= 60 + 1 for c in titled)
-    assert chunk_text("one line only", "recursive", 60, 0, title_line=True)[0].embed_text == "one line only"
+    assert (
+        chunk_text("one line only", "recursive", 60, 0, title_line=True)[0].embed_text
+        == "one line only"
+    )
