@@ -81,7 +81,7 @@ $$;
 COMMENT ON FUNCTION kb._config_dimensions(jsonb) IS
   'Internal: vector size of a validated indexing_config (mirrors kbpg_db.config.KNOWN_MODELS).';
 
-CREATE OR REPLACE FUNCTION kb._drop_index(p_index_id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION kb._clear_index(p_index_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -94,11 +94,24 @@ BEGIN
   PERFORM set_config('kb.bulk_drop', p_index_id::text, true);
   DELETE FROM kb.chunk WHERE index_id = p_index_id;
   PERFORM set_config('kb.bulk_drop', '', true);
+  UPDATE kb.kb_index SET n_chunks = 0, total_len = 0 WHERE id = p_index_id;
+END
+$$;
+COMMENT ON FUNCTION kb._clear_index(bigint) IS
+  'Internal: removes one index generation''s HNSW index, chunks, vectors and BM25 data, '
+  'keeping its kb_index row (a failed reindex keeps its error).';
+
+CREATE OR REPLACE FUNCTION kb._drop_index(p_index_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM kb._clear_index(p_index_id);
   DELETE FROM kb.kb_index WHERE id = p_index_id;
 END
 $$;
 COMMENT ON FUNCTION kb._drop_index(bigint) IS
-  'Internal: removes one index generation, its HNSW index, chunks, vectors and BM25 data.';
+  'Internal: removes one index generation with everything in it.';
 
 CREATE OR REPLACE FUNCTION kb._check_text_search_config(p_name text) RETURNS regconfig
 LANGUAGE plpgsql STABLE

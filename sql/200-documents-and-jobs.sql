@@ -353,6 +353,7 @@ BEGIN
        WHERE id = v_job.index_id AND status = 'building';
       UPDATE kb.job SET status = 'cancelled', finished_at = now(), last_error = 'reindex failed'
        WHERE index_id = v_job.index_id AND status = 'queued';
+      PERFORM kb._clear_index(v_job.index_id);
     END IF;
     RETURN 'failed';
   END IF;
@@ -416,6 +417,14 @@ BEGIN
   -- Compute first (slow, no shared locks held), then write (short).
   v_res := kb._chunk_and_embed(v_doc.content, v_ix.indexing_config, v_doc.page_starts);
 
+  -- The generation may have been given up (a failed reindex) while we computed.
+  PERFORM 1 FROM kb.kb_index WHERE id = v_ix.id AND status IN ('active', 'building') FOR SHARE;
+  IF NOT FOUND THEN
+    UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
+                      last_error = 'index generation no longer being built'
+     WHERE id = v_job.id;
+    RETURN 'cancelled';
+  END IF;
   PERFORM 1 FROM kb.document WHERE id = v_doc.id AND content_hash = v_doc.content_hash FOR UPDATE;
   IF NOT FOUND THEN
     UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,

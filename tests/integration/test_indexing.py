@@ -357,6 +357,14 @@ def test_failed_reindex_keeps_the_old_generation(
         "SELECT status, error FROM kb.kb_index WHERE id = %s", (new_ix,)
     ).fetchone()
     assert status == "failed" and error
+    # The failed generation's data is gone; its row keeps the error.
+    left = conn.execute("SELECT count(*) FROM kb.chunk WHERE index_id = %s", (new_ix,)).fetchone()[
+        0
+    ]
+    assert left == 0
+    assert not conn.execute(
+        "SELECT 1 FROM pg_indexes WHERE indexname = %s", (f"embedding_hnsw_{new_ix}",)
+    ).fetchone()
     assert client.search("re", "cats", top_k=1)[0].title == "a"
     assert client.document_status("re")[0]["status"] == "ready"
 
