@@ -348,6 +348,7 @@ BEGIN
        WHERE id = v_job.document_id;
     ELSE
       -- A reindex that cannot index one document fails whole; the old generation serves on.
+      PERFORM kb._lock_index_stats(ARRAY[v_job.index_id]);
       UPDATE kb.kb_index SET status = 'failed',
              error = format('document %s: %s', v_job.document_id, p_error)
        WHERE id = v_job.index_id AND status = 'building';
@@ -417,8 +418,11 @@ BEGIN
   -- Compute first (slow, no shared locks held), then write (short).
   v_res := kb._chunk_and_embed(v_doc.content, v_ix.indexing_config, v_doc.page_starts);
 
-  -- The generation may have been given up (a failed reindex) while we computed.
-  PERFORM 1 FROM kb.kb_index WHERE id = v_ix.id AND status IN ('active', 'building') FOR SHARE;
+  -- The write phase holds the generation's statistics lock (the chunk triggers take it
+  -- too); a failing reindex takes it before clearing the generation, so this check
+  -- cannot race it. No row lock on kb_index here: the triggers update that row.
+  PERFORM kb._lock_index_stats(ARRAY[v_ix.id]);
+  PERFORM 1 FROM kb.kb_index WHERE id = v_ix.id AND status IN ('active', 'building');
   IF NOT FOUND THEN
     UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
                       last_error = 'index generation no longer being built'

@@ -45,7 +45,18 @@ def remote_kb(
     client.conn.execute("SET kb.fake_key = 'test-key'")
 
 
-def run_worker(dsn: str, concurrency: int = 1, **kwargs: Any) -> Any:
+def run_worker(dsn: str, concurrency: int = 1, timeout: float = 300, **kwargs: Any) -> Any:
+    """Drain the queue with an in-process worker; fail (not hang) if it cannot."""
+    import threading
+
     from kbpg.worker import Worker
 
-    return Worker(dsn, concurrency=concurrency, once=True, poll_interval=0.1, **kwargs).run()
+    worker = Worker(dsn, concurrency=concurrency, once=True, poll_interval=0.1, **kwargs)
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(worker.run()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        worker.stop()
+        raise AssertionError(f"the worker did not drain the queue within {timeout:.0f} s")
+    return result[0]
