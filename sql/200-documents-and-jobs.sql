@@ -386,6 +386,17 @@ COMMENT ON FUNCTION kb.fail_job(bigint, text, text) IS
   'Records a job failure: queued again with exponential backoff (kb.retry_base_seconds, '
   'default 2 s) until max_attempts, then failed, with the error on the job and the document.';
 
+CREATE OR REPLACE FUNCTION kb._cancel_job(p_job_id bigint, p_reason text) RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
+                    last_error = p_reason
+   WHERE id = p_job_id
+$$;
+COMMENT ON FUNCTION kb._cancel_job(bigint, text) IS
+  'Internal: a job that has nothing left to do (generation gone, document superseded).';
+
 CREATE OR REPLACE FUNCTION kb.process_job(job_id bigint, worker text) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -408,9 +419,7 @@ BEGIN
   SELECT * INTO v_doc FROM kb.document WHERE id = v_job.document_id;
   SELECT * INTO v_ix FROM kb.kb_index WHERE id = v_job.index_id;
   IF v_ix.status NOT IN ('active', 'building') THEN
-    UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
-                      last_error = 'index generation ' || v_ix.status
-     WHERE id = v_job.id;
+    PERFORM kb._cancel_job(v_job.id, 'index generation ' || v_ix.status);
     RETURN 'cancelled';
   END IF;
   v_cfg := (v_ix.indexing_config->>'text_search_config')::regconfig;
@@ -424,16 +433,12 @@ BEGIN
   PERFORM kb._lock_index_stats(ARRAY[v_ix.id]);
   PERFORM 1 FROM kb.kb_index WHERE id = v_ix.id AND status IN ('active', 'building');
   IF NOT FOUND THEN
-    UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
-                      last_error = 'index generation no longer being built'
-     WHERE id = v_job.id;
+    PERFORM kb._cancel_job(v_job.id, 'index generation no longer being built');
     RETURN 'cancelled';
   END IF;
   PERFORM 1 FROM kb.document WHERE id = v_doc.id AND content_hash = v_doc.content_hash FOR UPDATE;
   IF NOT FOUND THEN
-    UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
-                      last_error = 'superseded by a newer version'
-     WHERE id = v_job.id;
+    PERFORM kb._cancel_job(v_job.id, 'superseded by a newer version');
     RETURN 'superseded';
   END IF;
   DELETE FROM kb.chunk WHERE document_id = v_doc.id AND index_id = v_ix.id;
@@ -443,9 +448,7 @@ BEGIN
     INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, heading_path,
                           page, char_start, char_end, metadata, tsv, doc_len)
     SELECT v_ix.id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
-           p.char_start, p.char_end, v_doc.metadata, p.tsv,
-           (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
-              FROM unnest(p.tsv) u)
+           p.char_start, p.char_end, v_doc.metadata, p.tsv, kb.tsvector_length(p.tsv)
     FROM payload p
     RETURNING id, ordinal
   )
