@@ -26,7 +26,7 @@ import numpy as np
 from kbpg.cluster import REPO_ROOT
 from kbpg.db import scalar
 
-SCIFACT = REPO_ROOT.parent / "shared" / "data" / "beir" / "scifact"
+SCIFACT = REPO_ROOT / "data" / "beir" / "scifact"
 GROUPS = ("quality", "bm25", "hybrid", "hnsw", "ingest", "startup")
 
 
