@@ -7,6 +7,8 @@ loading, a client library and the CLI.
 
 from __future__ import annotations
 
+from kbpg_db import __version__
+
 from kbpg.client import AsyncClient, Client, SearchResult
 from kbpg.errors import (
     ConfigError,
@@ -15,8 +17,6 @@ from kbpg.errors import (
     NotFoundError,
     ProviderError,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
@@ -27,4 +27,5 @@ __all__ = [
     "NotFoundError",
     "ProviderError",
     "SearchResult",
+    "__version__",
 ]

@@ -147,10 +147,20 @@ def cmd_kb_show(args: argparse.Namespace) -> int:
     for d in docs:
         counts[d["status"]] = counts.get(d["status"], 0) + 1
     print("documents: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
-    _print_table(
-        docs,
-        ["document_id", "title", "status", "chunk_count", "attempts", "tokens_embedded", "error"],
-    )
+    columns = ["document_id", "title", "status", "chunk_count", "attempts", "tokens_embedded"]
+    if any(d["llm_calls"] or d["llm_cache_hits"] for d in docs):
+        cost = sum(float(d["llm_cost_usd"] or 0) for d in docs)
+        known = all(d["llm_cost_usd"] is not None for d in docs)
+        print(
+            f"LLM: {sum(d['llm_calls'] for d in docs)} calls paid, "
+            f"{sum(d['llm_cache_hits'] for d in docs)} from the cache, "
+            f"{sum(d['llm_prompt_tokens'] + d['llm_completion_tokens'] for d in docs)} tokens, "
+            + (f"${cost:.4f}" if known else "cost unknown for this model")
+        )
+        columns += ["llm_calls", "llm_cache_hits"]
+    if any(d["progress"] for d in docs):
+        columns.append("progress")
+    _print_table(docs, [*columns, "error"])
     return 0
 
 

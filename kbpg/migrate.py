@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbpg_db import __version__
+
 from kbpg.cluster import REPO_ROOT
 from kbpg.errors import KbpgError
 
@@ -136,4 +138,11 @@ def _migrate_once(
             for script in scripts(sql_dir()):
                 conn.execute(script.body.replace(SEARCH_PATH, pinned))
                 applied.append(script.name)
+            # The version handshake: PL/Python refuses to run a package of another version.
+            if conn.execute("SELECT to_regclass('kb.version')").fetchone()[0]:
+                conn.execute(
+                    "INSERT INTO kb.version (version) VALUES (%s) ON CONFLICT (id) "
+                    "DO UPDATE SET version = EXCLUDED.version, installed_at = now()",
+                    (__version__,),
+                )
     return applied

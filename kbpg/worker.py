@@ -10,6 +10,7 @@ vanished is claimed again by anyone once its lease expires.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import signal
@@ -26,12 +27,25 @@ log = logging.getLogger("kbpg.worker")
 CHANNEL = "kbpg_jobs"
 
 
+class Outcome(enum.Enum):
+    """``kb.job_outcome``: what ``kb.process_job`` says of a job (the same values)."""
+
+    DONE = "done"
+    MORE = "more"  # a step of a long job committed; call again
+    RETRY = "retry"
+    FAILED = "failed"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+
+
 @dataclass
 class WorkerStats:
     done: int = 0
     failed: int = 0
     retried: int = 0
-    lost: int = 0
+    lost: int = 0  # taken over by another worker (this one's lease ran out)
+    skipped: int = 0  # cancelled or superseded: nothing left to do
     seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -176,45 +190,71 @@ class Worker:
             "job %s started: %s / %s (attempt %s/%s)", job_id, kb, title, attempt, max_attempts
         )
         t0 = time.monotonic()
+        steps = 0
         try:
-            outcome = conn.execute("SELECT kb.process_job(%s, %s)", (job_id, worker_id)).fetchone()[
-                0
-            ]
+            while True:
+                row = conn.execute(
+                    "SELECT kb.process_job(%s, %s)::text", (job_id, worker_id)
+                ).fetchone()
+                outcome = Outcome(row[0])
+                steps += 1
+                # A second statement: the first one's snapshot predates what the job wrote.
+                progress, error = conn.execute(
+                    "SELECT progress, last_error FROM kb.job WHERE id = %s", (job_id,)
+                ).fetchone()
+                if outcome is not Outcome.MORE or self.stop_event.is_set():
+                    break
+                log.info("job %s: %s (step %s)", job_id, progress or "working", steps)
         except psycopg.Error as exc:
             if conn.broken or conn.closed:
                 raise psycopg.OperationalError(str(exc)) from exc
-            seconds = time.monotonic() - t0
             message = clean_message((exc.diag.message_primary or str(exc)).strip())
             if exc.diag.message_detail:
                 message += f" ({exc.diag.message_detail})"
             verdict = conn.execute(
-                "SELECT kb.fail_job(%s, %s, %s)", (job_id, worker_id, message)
+                "SELECT kb._job_verdict(kb.fail_job(%s, %s, %s))::text",
+                (job_id, worker_id, message),
             ).fetchone()[0]
-            if verdict == "failed":
-                self.stats.add("failed", seconds)
-                log.error(
-                    "job %s failed for good after %.2fs: %s / %s: %s",
-                    job_id,
-                    seconds,
-                    kb,
-                    title,
-                    message,
-                )
-            else:
+            self._report(Outcome(verdict), job_id, kb, title, time.monotonic() - t0, message)
+            return
+        if outcome is Outcome.MORE:  # stopping: hand the job back, its cached answers stay
+            conn.execute("SELECT kb.release_job(%s, %s)", (job_id, worker_id))
+        self._report(outcome, job_id, kb, title, time.monotonic() - t0, error)
+
+    def _report(
+        self,
+        outcome: Outcome,
+        job_id: int,
+        kb: str,
+        title: str,
+        seconds: float,
+        error: str | None,
+    ) -> None:
+        where = f"{kb} / {title}"
+        match outcome:
+            case Outcome.DONE:
+                self.stats.add("done", seconds)
+                log.info("job %s done in %.2fs: %s", job_id, seconds, where)
+            case Outcome.MORE:
+                log.info("job %s paused after %.2fs (stopping): %s", job_id, seconds, where)
+            case Outcome.RETRY:
                 self.stats.add("retried", seconds)
                 log.warning(
-                    "job %s failed after %.2fs (will retry): %s / %s: %s",
+                    "job %s failed after %.2fs (will retry): %s: %s", job_id, seconds, where, error
+                )
+            case Outcome.FAILED:
+                self.stats.add("failed", seconds)
+                log.error(
+                    "job %s failed for good after %.2fs: %s: %s", job_id, seconds, where, error
+                )
+            case Outcome.LOST:
+                self.stats.add("lost", seconds)
+                log.warning(
+                    "job %s was taken over by another worker after %.2fs: %s",
                     job_id,
                     seconds,
-                    kb,
-                    title,
-                    message,
+                    where,
                 )
-            return
-        seconds = time.monotonic() - t0
-        if outcome == "done":
-            self.stats.add("done", seconds)
-            log.info("job %s done in %.2fs: %s / %s", job_id, seconds, kb, title)
-        else:
-            self.stats.add("lost", seconds)
-            log.info("job %s %s after %.2fs: %s / %s", job_id, outcome, seconds, kb, title)
+            case Outcome.CANCELLED | Outcome.SUPERSEDED:
+                self.stats.add("skipped", seconds)
+                log.info("job %s %s after %.2fs: %s", job_id, outcome.value, seconds, where)

@@ -17,12 +17,16 @@ BEGIN
       embedding    real[]
     );
   END IF;
-  IF to_regtype('kb.indexing_result') IS NULL THEN
-    CREATE TYPE kb.indexing_result AS (
-      chunks   kb.chunk_payload[],
-      tokens   bigint,
-      cost_usd double precision,
-      calls    integer
+  IF to_regtype('kb.build_result') IS NULL THEN
+    CREATE TYPE kb.build_result AS (
+      status    text,                -- done | more | error
+      chunks    kb.chunk_payload[],
+      artifacts jsonb,
+      tokens    bigint,
+      cost_usd  double precision,
+      progress  text,
+      usage     jsonb,
+      error     text
     );
   END IF;
   IF to_regtype('kb.prepared_query') IS NULL THEN
@@ -57,24 +61,58 @@ except ImportError as exc:
     plpy.error("kbpg's PL/Python package is not importable: %s" % exc,
                detail="kb.python_path is %r" % path,
                hint="run `make setup`, or set kb.python_path to the folder holding kbpg_db",
-               sqlstate="KB001")
+               sqlstate="KB002")
+# The version handshake: SQL from one release and Python from another must not mix.
+row = plpy.execute("SELECT version FROM kb.version")
+if row and row[0]["version"] != kbpg_db.__version__:
+    plpy.error("kbpg's schema is version %s but its PL/Python package is version %s"
+               % (row[0]["version"], kbpg_db.__version__),
+               detail="the package was loaded from %s" % os.path.dirname(kbpg_db.__file__),
+               hint="run `make setup` (installs the package) and `kbpg migrate` from the same "
+                    "kbpg release",
+               sqlstate="KB003")
 GD["kbpg_ready"] = True
 $$;
 COMMENT ON FUNCTION kb.python_init() IS
   'Puts kbpg''s PL/Python packages on sys.path (setting kb.python_path, default '
   '/usr/local/lib/kbpg/pythonX.Y); called by every PL/Python function of kb, once per session.';
 
-CREATE OR REPLACE FUNCTION kb.validate_config(kind text, config jsonb) RETURNS jsonb
+CREATE OR REPLACE FUNCTION kb.validate_config(kind text, config jsonb, strategy text DEFAULT NULL)
+RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.validate_config(plpy, kind, config)
+return sqlapi.validate_config(plpy, kind, config, strategy)
 $$;
-COMMENT ON FUNCTION kb.validate_config(text, jsonb) IS
-  'Validates an indexing_config or retrieval_config and returns it completed with defaults; '
-  'raises invalid_parameter_value naming each bad field.';
+COMMENT ON FUNCTION kb.validate_config(text, jsonb, text) IS
+  'Validates an indexing_config or retrieval_config and returns it completed with defaults '
+  '(a retrieval_config against the KB''s strategy when given); raises invalid_parameter_value '
+  'naming each bad field.';
+
+CREATE OR REPLACE FUNCTION kb._check_defaults(kind text, config jsonb) RETURNS jsonb
+LANGUAGE plpython3u STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.check_defaults(plpy, kind, config)
+$$;
+COMMENT ON FUNCTION kb._check_defaults(text, jsonb) IS
+  'Internal: validates project defaults for kb.set_default_config.';
+
+CREATE OR REPLACE FUNCTION kb._complete_config(kind text, config jsonb, strategy text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpython3u STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.complete_config(plpy, kind, config, strategy)
+$$;
+COMMENT ON FUNCTION kb._complete_config(text, jsonb, text) IS
+  'Internal: a config over the project defaults (kb.setting), validated and completed.';
 
 CREATE OR REPLACE FUNCTION kb.preview_chunks(content text, indexing_config jsonb DEFAULT '{}')
 RETURNS SETOF kb.chunk_payload
@@ -88,18 +126,19 @@ $$;
 COMMENT ON FUNCTION kb.preview_chunks(text, jsonb) IS
   'Shows how a text would be chunked with an indexing_config, storing nothing.';
 
-CREATE OR REPLACE FUNCTION kb._chunk_and_embed(content text, indexing_config jsonb,
-                                               page_starts integer[])
-RETURNS kb.indexing_result
+CREATE OR REPLACE FUNCTION kb._build_document(title text, content text, indexing_config jsonb,
+                                               page_starts integer[], metadata jsonb)
+RETURNS kb.build_result
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.chunk_and_embed(plpy, content, indexing_config, page_starts)
+return sqlapi.build_document(plpy, title, content, indexing_config, page_starts, metadata)
 $$;
-COMMENT ON FUNCTION kb._chunk_and_embed(text, jsonb, integer[]) IS
-  'Internal: chunks a document and embeds the chunks with the index''s model.';
+COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb) IS
+  'Internal: one step of indexing a document with its strategy (chunks and vectors, or a '
+  'tree; LLM answers cached as they come).';
 
 CREATE OR REPLACE FUNCTION kb._prepare_query(indexing_config jsonb, retrieval_config jsonb,
                                              overrides jsonb, query text)

@@ -63,23 +63,10 @@ COMMENT ON FUNCTION kb._create_index(integer, jsonb) IS
 CREATE OR REPLACE FUNCTION kb._config_dimensions(p_config jsonb) RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
-AS $$
-  SELECT coalesce((p_config->>'embedding_dimensions')::integer,
-    CASE p_config->>'embedding_model'
-      WHEN 'local/all-MiniLM-L6-v2' THEN 384
-      WHEN 'openai/text-embedding-3-small' THEN 1536
-      WHEN 'openai/text-embedding-3-large' THEN 3072
-      WHEN 'openai/text-embedding-ada-002' THEN 1536
-      WHEN 'cohere/embed-english-v3.0' THEN 1024
-      WHEN 'cohere/embed-multilingual-v3.0' THEN 1024
-      WHEN 'voyage/voyage-3' THEN 1024
-      WHEN 'voyage/voyage-3-lite' THEN 512
-      WHEN 'gemini/text-embedding-004' THEN 768
-      WHEN 'mistral/mistral-embed' THEN 1024
-    END)
-$$;
+AS $$ SELECT (p_config->>'embedding_dimensions')::integer $$;
 COMMENT ON FUNCTION kb._config_dimensions(jsonb) IS
-  'Internal: vector size of a validated indexing_config (mirrors kbpg_db.config.KNOWN_MODELS).';
+  'Internal: vector size of a validated indexing_config (validation records it; the model '
+  'catalogue lives in kbpg_db.config.KNOWN_MODELS only).';
 
 CREATE OR REPLACE FUNCTION kb._clear_index(p_index_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -87,6 +74,9 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
+  -- Strategy tables first (they reference chunks).
+  DELETE FROM kb.page_index_node WHERE index_id = p_index_id;
+  DELETE FROM kb.page_index_toc WHERE index_id = p_index_id;
   DELETE FROM kb.posting WHERE index_id = p_index_id;
   DELETE FROM kb.term_stat WHERE index_id = p_index_id;
   DELETE FROM kb.embedding WHERE index_id = p_index_id;
@@ -153,8 +143,8 @@ BEGIN
     RAISE EXCEPTION 'knowledge base "%" already exists', name
       USING ERRCODE = 'unique_violation', HINT = 'pick another name or drop the existing one';
   END IF;
-  v_icfg := kb.validate_config('indexing_config', indexing_config);
-  v_rcfg := kb.validate_config('retrieval_config', retrieval_config);
+  v_icfg := kb._complete_config('indexing_config', indexing_config);
+  v_rcfg := kb._complete_config('retrieval_config', retrieval_config, v_icfg->>'strategy');
   PERFORM kb._check_text_search_config(v_icfg->>'text_search_config');
   INSERT INTO kb.knowledge_base (name, description, indexing_config, retrieval_config,
                                  embedding_model, embedding_dim)
@@ -168,7 +158,9 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION kb.create_knowledge_base(text, jsonb, jsonb, text) IS
-  'Creates a knowledge base; configs are validated and completed with defaults. Returns its id.';
+  'Creates a knowledge base. Its configs are laid over the project defaults '
+  '(kb.set_default_config), validated and recorded complete, so later default changes never '
+  'alter it. indexing_config.strategy picks the index strategy. Returns its id.';
 
 CREATE OR REPLACE FUNCTION kb.drop_knowledge_base(name text, if_exists boolean DEFAULT false)
 RETURNS boolean
@@ -202,9 +194,10 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_cfg jsonb;
+  v_kb  kb.knowledge_base;
 BEGIN
-  PERFORM kb._get_kb(kb_name);
-  v_cfg := kb.validate_config('retrieval_config', retrieval_config);
+  v_kb := kb._get_kb(kb_name);
+  v_cfg := kb.validate_config('retrieval_config', retrieval_config, v_kb.indexing_config->>'strategy');
   UPDATE kb.knowledge_base SET retrieval_config = v_cfg, updated_at = now() WHERE name = kb_name;
   RETURN v_cfg;
 END
@@ -219,7 +212,8 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   IF NEW.retrieval_config IS DISTINCT FROM OLD.retrieval_config THEN
-    NEW.retrieval_config := kb.validate_config('retrieval_config', NEW.retrieval_config);
+    NEW.retrieval_config := kb.validate_config('retrieval_config', NEW.retrieval_config,
+                                               NEW.indexing_config->>'strategy');
   END IF;
   IF coalesce(current_setting('kb.internal_write', true), '') <> 'on' AND (
      NEW.indexing_config IS DISTINCT FROM OLD.indexing_config
@@ -253,3 +247,53 @@ AS $$
 $$;
 COMMENT ON FUNCTION kb.list_knowledge_bases() IS
   'Every knowledge base with its model and document counts per status.';
+
+CREATE OR REPLACE FUNCTION kb.set_default_config(kind text, config jsonb) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF kind IS NULL OR kind NOT IN ('indexing_config', 'retrieval_config') THEN
+    RAISE EXCEPTION 'kind must be indexing_config or retrieval_config, not %', coalesce(quote_literal(kind), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN
+    RAISE EXCEPTION '% defaults must be a JSON object', kind USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- The defaults alone must make a valid config (and so must each KB created over them).
+  PERFORM kb._check_defaults(kind, config);
+  INSERT INTO kb.setting (name, value) VALUES (kind, config)
+  ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+  RETURN config;
+END
+$$;
+COMMENT ON FUNCTION kb.set_default_config(text, jsonb) IS
+  'Sets the project-wide defaults for indexing_config or retrieval_config: the fields given '
+  'apply to knowledge bases created afterwards unless their own config sets them (extra '
+  'merges key by key). Existing KBs keep the config they recorded. ''{}'' clears them.';
+
+CREATE OR REPLACE FUNCTION kb.default_config(kind text) RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT coalesce((SELECT value FROM kb.setting WHERE name = kind), '{}') $$;
+COMMENT ON FUNCTION kb.default_config(text) IS
+  'The project-wide defaults set for indexing_config or retrieval_config (''{}'' when none).';
+
+CREATE OR REPLACE FUNCTION kb.purge_llm_cache(older_than interval DEFAULT NULL, model text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_n bigint;
+BEGIN
+  DELETE FROM kb.llm_call c
+   WHERE (older_than IS NULL OR c.last_used_at < now() - older_than)
+     AND (purge_llm_cache.model IS NULL OR c.model = purge_llm_cache.model);
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION kb.purge_llm_cache(interval, text) IS
+  'Deletes cached LLM answers (all, or those unused for older_than, or of one model); '
+  'returns how many. The next index build asks those questions again.';

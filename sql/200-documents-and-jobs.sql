@@ -218,7 +218,14 @@ BEGIN
     RAISE EXCEPTION 'knowledge base "%" is already being reindexed', kb
       USING ERRCODE = 'object_in_use', HINT = 'wait for it; kbpg status shows the queue';
   END IF;
-  v_cfg := kb.validate_config('indexing_config', coalesce(indexing_config, v_kb.indexing_config));
+  v_cfg := CASE WHEN indexing_config IS NULL
+                THEN kb.validate_config('indexing_config', v_kb.indexing_config)
+                ELSE kb._complete_config('indexing_config', indexing_config) END;
+  -- The KB's retrieval_config must suit the new strategy (tree_search vs hybrid, ...).
+  IF v_cfg->>'strategy' IS DISTINCT FROM v_kb.indexing_config->>'strategy' THEN
+    PERFORM kb.validate_config('retrieval_config',
+                               v_kb.retrieval_config - 'method', v_cfg->>'strategy');
+  END IF;
   PERFORM kb._check_text_search_config(v_cfg->>'text_search_config');
   v_ix := kb._create_index(v_kb.id, v_cfg);
   FOR v_doc IN SELECT id FROM kb.document WHERE kb_id = v_kb.id ORDER BY id LOOP
@@ -249,15 +256,29 @@ BEGIN
   SELECT active_index_id INTO v_old FROM kb.knowledge_base WHERE id = v_ix.kb_id FOR UPDATE;
   UPDATE kb.kb_index SET status = 'active', activated_at = now() WHERE id = p_index_id;
   PERFORM set_config('kb.internal_write', 'on', true);
-  UPDATE kb.knowledge_base
+  UPDATE kb.knowledge_base k
      SET active_index_id = p_index_id, indexing_config = v_ix.indexing_config,
-         embedding_model = v_ix.embedding_model, embedding_dim = v_ix.embedding_dim
+         embedding_model = v_ix.embedding_model, embedding_dim = v_ix.embedding_dim,
+         retrieval_config = CASE
+           WHEN k.indexing_config->>'strategy' IS DISTINCT FROM v_ix.indexing_config->>'strategy'
+           THEN kb.validate_config('retrieval_config', k.retrieval_config - 'method',
+                                   v_ix.indexing_config->>'strategy')
+           ELSE k.retrieval_config END
    WHERE id = v_ix.kb_id;
   PERFORM set_config('kb.internal_write', '', true);
   UPDATE kb.document d
      SET chunk_count = (SELECT count(*) FROM kb.chunk c WHERE c.document_id = d.id AND c.index_id = p_index_id),
          status = 'ready', error = NULL
    WHERE d.kb_id = v_ix.kb_id;
+  -- What building this generation cost, per document (its last finished job).
+  UPDATE kb.document d
+     SET llm_calls = j.llm_calls, llm_cache_hits = j.llm_cache_hits,
+         llm_prompt_tokens = j.llm_prompt_tokens, llm_completion_tokens = j.llm_completion_tokens,
+         llm_cost_usd = j.llm_cost_usd, indexed_at = j.finished_at
+    FROM (SELECT DISTINCT ON (document_id) * FROM kb.job
+           WHERE index_id = p_index_id AND status = 'done'
+           ORDER BY document_id, id DESC) j
+   WHERE d.id = j.document_id;
   IF v_old IS NOT NULL THEN
     PERFORM kb._drop_index(v_old);
   END IF;
@@ -310,7 +331,8 @@ BEGIN
   )
   UPDATE kb.job j
      SET status = 'running', attempts = j.attempts + 1, locked_by = worker,
-         locked_until = now() + make_interval(secs => lease_seconds), started_at = now()
+         locked_until = now() + make_interval(secs => claim_jobs.lease_seconds),
+         started_at = now(), lease_seconds = claim_jobs.lease_seconds
     FROM c WHERE j.id = c.id
   RETURNING j.*;
   UPDATE kb.document d SET status = 'indexing', updated_at = now()
@@ -371,6 +393,13 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION kb._job_verdict(p_verdict text) RETURNS kb.job_outcome
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT (CASE p_verdict WHEN 'gone' THEN 'lost' ELSE p_verdict END)::kb.job_outcome $$;
+COMMENT ON FUNCTION kb._job_verdict(text) IS
+  'Internal: kb._fail_job''s verdict (retry, failed, gone) as a job outcome.';
+
 CREATE OR REPLACE FUNCTION kb.fail_job(job_id bigint, worker text, error text) RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -386,6 +415,19 @@ COMMENT ON FUNCTION kb.fail_job(bigint, text, text) IS
   'Records a job failure: queued again with exponential backoff (kb.retry_base_seconds, '
   'default 2 s) until max_attempts, then failed, with the error on the job and the document.';
 
+CREATE OR REPLACE FUNCTION kb.release_job(job_id bigint, worker text) RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  UPDATE kb.job j SET status = 'queued', locked_by = NULL, locked_until = NULL,
+                      attempts = greatest(j.attempts - 1, 0), run_after = now()
+   WHERE j.id = release_job.job_id AND j.locked_by = release_job.worker AND j.status = 'running'
+  RETURNING true
+$$;
+COMMENT ON FUNCTION kb.release_job(bigint, text) IS
+  'Hands a running job back to the queue (a worker stopping between steps of a long job); '
+  'the attempt does not count, and its cached LLM answers carry the next run.';
+
 CREATE OR REPLACE FUNCTION kb._cancel_job(p_job_id bigint, p_reason text) RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -397,7 +439,7 @@ $$;
 COMMENT ON FUNCTION kb._cancel_job(bigint, text) IS
   'Internal: a job that has nothing left to do (generation gone, document superseded).';
 
-CREATE OR REPLACE FUNCTION kb.process_job(job_id bigint, worker text) RETURNS text
+CREATE OR REPLACE FUNCTION kb.process_job(job_id bigint, worker text) RETURNS kb.job_outcome
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -405,10 +447,12 @@ DECLARE
   v_job  kb.job;
   v_doc  kb.document;
   v_ix   kb.kb_index;
-  v_res  kb.indexing_result;
+  v_res  kb.build_result;
   v_cfg  regconfig;
   v_n    integer;
   v_active bigint;
+  v_use  jsonb;
+  v_ids  jsonb;
 BEGIN
   -- The row lock is held until this transaction ends: while this backend works, no
   -- other worker can claim the job, even if its lease runs out.
@@ -424,8 +468,29 @@ BEGIN
   END IF;
   v_cfg := (v_ix.indexing_config->>'text_search_config')::regconfig;
 
-  -- Compute first (slow, no shared locks held), then write (short).
-  v_res := kb._chunk_and_embed(v_doc.content, v_ix.indexing_config, v_doc.page_starts);
+  -- Compute first (slow, no shared locks held), then write (short). An LLM strategy
+  -- computes in steps: each step caches its answers and commits ('more').
+  v_res := kb._build_document(v_doc.title, v_doc.content, v_ix.indexing_config,
+                              v_doc.page_starts, v_doc.metadata);
+  v_use := coalesce(v_res.usage, '{}');
+  UPDATE kb.job
+     SET steps = steps + 1, progress = v_res.progress,
+         llm_calls = llm_calls + coalesce((v_use->>'calls')::integer, 0),
+         -- Answers cached by this job's earlier steps are this step's hits: not free ones.
+         llm_cache_hits = greatest(coalesce((v_use->>'cache_hits')::integer, 0) - llm_calls, 0),
+         llm_prompt_tokens = llm_prompt_tokens + coalesce((v_use->>'prompt_tokens')::bigint, 0),
+         llm_completion_tokens = llm_completion_tokens
+                                 + coalesce((v_use->>'completion_tokens')::bigint, 0),
+         llm_cost_usd = llm_cost_usd + CASE WHEN v_res.usage IS NULL THEN 0
+                                            ELSE (v_use->>'cost_usd')::numeric END,
+         locked_until = now() + make_interval(secs => kb.job.lease_seconds)
+   WHERE id = v_job.id
+   RETURNING * INTO v_job;
+  IF v_res.status = 'more' THEN
+    RETURN 'more';
+  ELSIF v_res.status = 'error' THEN
+    RETURN kb._job_verdict(kb._fail_job(v_job.id, left(v_res.error, 4000)));
+  END IF;
 
   -- The write phase holds the generation's statistics lock (the chunk triggers take it
   -- too); a failing reindex takes it before clearing the generation, so this check
@@ -451,11 +516,19 @@ BEGIN
            p.char_start, p.char_end, v_doc.metadata, p.tsv, kb.tsvector_length(p.tsv)
     FROM payload p
     RETURNING id, ordinal
+  ), vec AS (
+    INSERT INTO kb.embedding (chunk_id, index_id, embedding)
+    SELECT ins.id, v_ix.id, p.embedding::vector
+    FROM ins JOIN payload p USING (ordinal)
+    WHERE p.embedding IS NOT NULL
   )
-  INSERT INTO kb.embedding (chunk_id, index_id, embedding)
-  SELECT ins.id, v_ix.id, p.embedding::vector
-  FROM ins JOIN payload p USING (ordinal);
-  GET DIAGNOSTICS v_n = ROW_COUNT;
+  SELECT count(*), coalesce(jsonb_object_agg(ins.ordinal::text, ins.id), '{}')
+    INTO v_n, v_ids FROM ins;
+  -- The strategy's own tables (kb._store_<strategy>), with the new chunks' ids.
+  IF v_res.artifacts IS NOT NULL THEN
+    EXECUTE format('SELECT kb.%I($1, $2, $3, $4)', '_store_' || (v_ix.indexing_config->>'strategy'))
+      USING v_ix.id, v_doc.id, v_res.artifacts, v_ids;
+  END IF;
 
   UPDATE kb.job SET status = 'done', finished_at = now(), locked_by = NULL, locked_until = NULL,
                     last_error = NULL
@@ -465,6 +538,9 @@ BEGIN
     UPDATE kb.document
        SET status = 'ready', error = NULL, chunk_count = v_n, attempts = v_job.attempts,
            tokens_embedded = v_res.tokens, embedding_cost_usd = v_res.cost_usd,
+           llm_calls = v_job.llm_calls, llm_cache_hits = v_job.llm_cache_hits,
+           llm_prompt_tokens = v_job.llm_prompt_tokens,
+           llm_completion_tokens = v_job.llm_completion_tokens, llm_cost_usd = v_job.llm_cost_usd,
            indexed_at = now(), updated_at = now()
      WHERE id = v_doc.id;
   ELSE
@@ -474,9 +550,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION kb.process_job(bigint, text) IS
-  'Indexes the document of a claimed job in one transaction: chunk and embed (PL/Python), then '
-  'swap the document''s chunks, vectors and BM25 postings. Searches see the old chunks or the '
-  'new ones, never a mix.';
+  'Indexes the document of a claimed job with its KB''s strategy: compute (PL/Python: chunk '
+  'and embed, or build a tree with the LLM), then swap the document''s chunks, vectors, BM25 '
+  'postings and strategy tables in one transaction; searches see the old or the new, never a '
+  'mix. An LLM job runs in steps: ''more'' means a step committed its cached answers and the '
+  'worker should call again. Returns a kb.job_outcome.';
 
 CREATE OR REPLACE FUNCTION kb.queue_status()
 RETURNS TABLE (kb text, queued bigint, running bigint, failed bigint, done bigint,
@@ -500,17 +578,31 @@ COMMENT ON FUNCTION kb.queue_status() IS
 CREATE OR REPLACE VIEW kb.document_status AS
   SELECT k.name AS kb, d.id AS document_id, d.title, d.status, d.usage_mode, d.chunk_count,
          d.attempts, d.error, d.tokens_embedded, d.embedding_cost_usd, d.source_uri,
-         d.created_at, d.updated_at, d.indexed_at
+         d.created_at, d.updated_at, d.indexed_at,
+         (SELECT j.progress FROM kb.job j
+           WHERE j.document_id = d.id AND j.status IN ('queued', 'running')
+           ORDER BY j.id DESC LIMIT 1) AS progress,
+         d.llm_calls, d.llm_cache_hits, d.llm_prompt_tokens, d.llm_completion_tokens,
+         d.llm_cost_usd
   FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id;
-COMMENT ON VIEW kb.document_status IS 'Every document with its indexing status, per KB.';
+COMMENT ON VIEW kb.document_status IS
+  'Every document with its indexing status, per KB: progress of a running job ("summarising '
+  'nodes 12/40"), tokens embedded, and the LLM calls its index cost (calls paid; cache hits '
+  'were free).';
 
 CREATE OR REPLACE VIEW kb.knowledge_base_usage AS
   SELECT k.name AS kb, count(d.id) AS documents, coalesce(sum(d.chunk_count), 0) AS chunks,
          coalesce(sum(d.tokens_embedded), 0) AS tokens_embedded,
-         sum(d.embedding_cost_usd) AS embedding_cost_usd
+         sum(d.embedding_cost_usd) AS embedding_cost_usd,
+         coalesce(sum(d.llm_calls), 0) AS llm_calls,
+         coalesce(sum(d.llm_cache_hits), 0) AS llm_cache_hits,
+         coalesce(sum(d.llm_prompt_tokens), 0) AS llm_prompt_tokens,
+         coalesce(sum(d.llm_completion_tokens), 0) AS llm_completion_tokens,
+         sum(d.llm_cost_usd) AS llm_cost_usd
   FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
   GROUP BY k.name;
-COMMENT ON VIEW kb.knowledge_base_usage IS 'Tokens embedded and provider cost per KB.';
+COMMENT ON VIEW kb.knowledge_base_usage IS
+  'Tokens embedded, LLM calls and tokens, and provider cost per KB.';
 
 -- Chunks carry their document's metadata (filters read it there, next to the vectors);
 -- a direct UPDATE of kb.document.metadata by a DBA reaches them too.

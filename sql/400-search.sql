@@ -254,8 +254,10 @@ AS $$
   FROM kb._search_core(kb, query, kb._overrides(top_k, method, filter, vector_weight, rrf_k,
          fusion_depth, similarity_threshold, rerank, candidate_count, rerank_threshold, k1, b,
          ef_search, options)) s
-  JOIN kb.chunk c ON c.id = s.chunk_id
-  JOIN kb.document d ON d.id = c.document_id
+  -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
+  -- skip the search itself, and with it the validation of the options.
+  LEFT JOIN kb.chunk c ON c.id = s.chunk_id
+  LEFT JOIN kb.document d ON d.id = c.document_id
   ORDER BY s.final_rank
 $$;
 COMMENT ON FUNCTION kb.search(text, text, integer, text, jsonb, double precision, double precision, integer, double precision, boolean, integer, double precision, double precision, double precision, integer, jsonb) IS
@@ -295,8 +297,10 @@ AS $$
   FROM kb._search_core(kb, query, kb._overrides(top_k, method, filter, vector_weight, rrf_k,
          fusion_depth, similarity_threshold, rerank, candidate_count, rerank_threshold, k1, b,
          ef_search, options)) s
-  JOIN kb.chunk c ON c.id = s.chunk_id
-  JOIN kb.document d ON d.id = c.document_id
+  -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
+  -- skip the search itself, and with it the validation of the options.
+  LEFT JOIN kb.chunk c ON c.id = s.chunk_id
+  LEFT JOIN kb.document d ON d.id = c.document_id
   ORDER BY s.final_rank
 $$;
 COMMENT ON FUNCTION kb.explain_search(text, text, integer, text, jsonb, double precision, double precision, integer, double precision, boolean, integer, double precision, double precision, double precision, integer, jsonb) IS

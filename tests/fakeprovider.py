@@ -2,6 +2,8 @@
 
 The real litellm client inside PostgreSQL talks to it over real HTTP. Embeddings are
 hashed bags of words (so texts sharing words are similar); every request is counted.
+Chat completions are scripted per test: ``chat`` (a function of the request body) says
+what to answer; the server counts calls and the most requests it had in flight at once.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 import math
 import re
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -36,15 +40,26 @@ class FakeProvider:
         self.fail_next = 0  # answer this many requests with 429 first
         self.down = False  # answer every request with 503
         self.poison = "POISON"  # inputs containing this get a 400
+        # Chat: chat(body) -> answer text, or (status, body dict[, headers]) for an error.
+        self.chat: Callable[[dict[str, Any]], Any] = default_chat
+        self.chat_delay = 0.0  # seconds each chat answer takes
+        self.chat_calls: list[dict[str, Any]] = []  # request bodies, in arrival order
+        self.chat_times: list[float] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _send(self, code: int, body: dict[str, Any]) -> None:
+            def _send(
+                self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(code)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -63,7 +78,9 @@ class FakeProvider:
                             429, {"error": {"message": "rate limited", "type": "rate_limit"}}
                         )
                         return
-                if self.path.endswith("/embeddings"):
+                if self.path.endswith("/chat/completions"):
+                    provider.complete(self, body)
+                elif self.path.endswith("/embeddings"):
                     provider.embed(self, body)
                 elif self.path.endswith("/rerank"):
                     provider.rerank(self, body)
@@ -105,6 +122,50 @@ class FakeProvider:
             },
         )
 
+    def complete(self, handler: Any, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.chat_calls.append(body)
+            self.chat_times.append(time.monotonic())
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.chat_delay:
+                time.sleep(self.chat_delay)
+            answer = self.chat(body)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        if isinstance(answer, tuple):
+            handler._send(*answer)
+            return
+        prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+        completion = len(str(answer).split())
+        handler._send(
+            200,
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": answer},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
+            },
+        )
+
+    def prompts(self) -> list[str]:
+        """The last user message of every chat request so far."""
+        return [last_user(b) for b in self.chat_calls]
+
     def rerank(self, handler: Any, body: dict[str, Any]) -> None:
         with self.lock:
             self.rerank_calls += 1
@@ -127,3 +188,31 @@ class FakeProvider:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def last_user(body: dict[str, Any]) -> str:
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    return str(users[-1]["content"]) if users else ""
+
+
+def default_chat(body: dict[str, Any]) -> str:
+    """Answers as a model would, from the prompt: a summary naming the section, a
+    description naming the document, sub-sections split at paragraph starts."""
+    prompt = last_user(body)
+    section = re.search(r"^Section: (.*)$", prompt, re.M)
+    if '"sections"' in prompt and section:
+        text = prompt.split("Text:\n", 1)[1].rsplit("\n\nReturn", 1)[0]
+        starts = [p.strip().split("\n")[0][:30] for p in re.split(r"\n\s*\n", text) if p.strip()]
+        return json.dumps(
+            {
+                "sections": [
+                    {"title": f"Part {i + 1}", "starts_with": s} for i, s in enumerate(starts)
+                ]
+            }
+        )
+    if '"summary"' in prompt and section:
+        return json.dumps({"summary": f"About {section.group(1)}."})
+    doc = re.search(r"^Document: (.*)$", prompt, re.M)
+    if '"description"' in prompt and doc:
+        return json.dumps({"description": f"A document about {doc.group(1)}."})
+    return json.dumps({"answer": "unscripted"})

@@ -56,6 +56,27 @@ class Section:
     heading_path: list[str]
 
 
+def markdown_headings(text: str) -> list[tuple[int, int, str]]:
+    """(offset, level, title) of every ATX heading h1-h6 outside fenced code blocks."""
+    out: list[tuple[int, int, str]] = []
+    fence: str | None = None
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        fence_match = _FENCE.match(line)
+        if fence_match:
+            marker = fence_match.group(1)
+            if fence is None:
+                fence = marker[0] * 3
+            elif marker.startswith(fence):
+                fence = None
+        elif fence is None:
+            heading = _HEADING.match(line.rstrip("\r\n"))
+            if heading:
+                out.append((pos, len(heading.group(1)), heading.group(2).strip()))
+        pos += len(line)
+    return out
+
+
 def markdown_sections(text: str) -> list[Section]:
     """Split at ATX headings h1-h6, ignoring ``#`` lines inside fenced code blocks."""
     sections: list[Section] = []

@@ -7,9 +7,13 @@ wherever it is caught. Unknown fields are errors, not silently ignored.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kbpg_db import __version__
 
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
 
@@ -44,10 +48,70 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class IndexingConfig(_Strict):
-    """How documents of a knowledge base are chunked and embedded (ChunkEmbed)."""
+YesNo = Literal["yes", "no"]
+METHODS = ("hybrid", "vector", "full_text", "tree_search")
 
-    strategy: Literal["chunk_embed"] = "chunk_embed"
+
+class LlmSettings(_Strict):
+    """The chat model a strategy calls while indexing (through litellm).
+
+    ``model`` is any litellm chat model (``openai/gpt-4o-mini``, ``anthropic/...``,
+    ``ollama/...``) or, with ``api_base``, a model behind any OpenAI-compatible endpoint.
+    Keys come from the session setting ``kb.<api_key_name>`` or the server's environment.
+    """
+
+    model: str | None = Field(None, min_length=1, max_length=200)
+    api_base: str | None = Field(None, max_length=2000)
+    api_key_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    llm_concurrency: int = Field(7, ge=1, le=64, description="LLM calls in flight per endpoint")
+    request_timeout_s: float = Field(120.0, gt=0, le=3600)
+    max_retries: int = Field(5, ge=0, le=20)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+
+
+class ChunkEmbedExtra(_Strict):
+    """ChunkEmbed has no strategy-specific settings: chunking and embedding are top-level."""
+
+
+class PageIndexExtra(LlmSettings):
+    """PageIndex: a document's heading tree with per-node summaries (seed 000)."""
+
+    if_add_node_summary: YesNo = "yes"
+    if_add_doc_description: YesNo = "yes"
+    max_token_num_each_node: int = Field(
+        20000, ge=50, le=1_000_000, description="a leaf over this many tokens is split"
+    )
+    summary_token_threshold: int = Field(
+        200, ge=0, le=100_000, description="nodes this short keep their own text as summary"
+    )
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """What a strategy serves: its retrieval methods (the first is the default) and settings."""
+
+    methods: tuple[str, ...]
+    extra: type[BaseModel] | None  # None: not available in this version
+    uses_llm: bool
+
+
+STRATEGIES: dict[str, StrategySpec] = {
+    "chunk_embed": StrategySpec(("hybrid", "vector", "full_text"), ChunkEmbedExtra, False),
+    "page_index": StrategySpec(("tree_search",), PageIndexExtra, True),
+    "graph_index": StrategySpec(("hybrid", "vector", "full_text"), None, True),
+    "doc2json": StrategySpec(("vector",), None, True),
+}
+
+
+class IndexingConfig(_Strict):
+    """How documents of a knowledge base are indexed: the strategy and its settings.
+
+    Chunking and embedding settings are top-level (ChunkEmbed's, and the embedding model
+    any strategy with vectors uses); ``extra`` holds the strategy's own settings.
+    """
+
+    strategy: Literal["chunk_embed", "page_index", "graph_index", "doc2json"] = "chunk_embed"
+    extra: dict[str, Any] = Field(default_factory=dict)
     chunker: Literal["markdown_header", "recursive", "fixed_size"] = "markdown_header"
     chunk_size: int = Field(200, ge=16, le=32000, description="cl100k tokens per chunk, at most")
     chunk_overlap: int = Field(20, ge=0, description="cl100k tokens shared by neighbours")
@@ -74,32 +138,58 @@ class IndexingConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> IndexingConfig:
+        spec = STRATEGIES[self.strategy]
+        if spec.extra is None:
+            raise ValueError(
+                f"strategy {self.strategy!r} is not available yet in kbpg {__version__} "
+                f"(available: {', '.join(n for n, s in STRATEGIES.items() if s.extra)})"
+            )
+        try:
+            extra = spec.extra.model_validate(self.extra)
+        except ValidationError as exc:
+            raise ValueError(
+                "; ".join(phrase_error(e, spec.extra, "extra.") for e in exc.errors())
+            ) from None
+        # Store the completed settings (validate_assignment would re-run this validator).
+        object.__setattr__(self, "extra", extra.model_dump(mode="json"))
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError(
                 f"chunk_overlap ({self.chunk_overlap}) must be smaller than "
                 f"chunk_size ({self.chunk_size})"
             )
-        spec = KNOWN_MODELS.get(self.embedding_model)
-        if spec is None and self.embedding_model.startswith("local/"):
+        model = KNOWN_MODELS.get(self.embedding_model)
+        if model is None and self.embedding_model.startswith("local/"):
             raise ValueError(
                 f"unknown local embedding model {self.embedding_model!r}; "
                 f"the local model is {LOCAL_MODEL!r}"
             )
-        if spec is None and self.embedding_dimensions is None:
+        if model is None and self.embedding_dimensions is None:
             raise ValueError(
                 f"embedding_dimensions is required for model {self.embedding_model!r} "
                 "(kbpg does not know its vector size)"
             )
-        if spec is not None and self.embedding_dimensions not in (None, spec.dimensions):
+        if model is not None and self.embedding_dimensions not in (None, model.dimensions):
             if self.embedding_model == LOCAL_MODEL:
-                raise ValueError(f"{LOCAL_MODEL} makes {spec.dimensions}-dimension vectors")
-        limit = self.max_input_tokens or (spec.max_chunk_tokens if spec else 8191)
+                raise ValueError(f"{LOCAL_MODEL} makes {model.dimensions}-dimension vectors")
+        if model is not None and self.embedding_dimensions is None:
+            # Recorded, so the database reads the size from the config alone.
+            object.__setattr__(self, "embedding_dimensions", model.dimensions)
+        limit = self.max_input_tokens or (model.max_chunk_tokens if model else 8191)
         if self.chunk_size > limit and not self.truncate_for_embedding:
             raise ValueError(
                 f"chunk_size {self.chunk_size} exceeds the {limit}-token input of "
                 f"{self.embedding_model}; lower chunk_size or set truncate_for_embedding"
             )
         return self
+
+    @property
+    def spec(self) -> StrategySpec:
+        return STRATEGIES[self.strategy]
+
+    def llm(self) -> LlmSettings:
+        """The strategy's LLM settings (its extra, read as LlmSettings)."""
+        fields = set(LlmSettings.model_fields)
+        return LlmSettings.model_validate({k: v for k, v in self.extra.items() if k in fields})
 
     @property
     def dimensions(self) -> int:
@@ -111,7 +201,7 @@ class IndexingConfig(_Strict):
 class RetrievalConfig(_Strict):
     """Defaults for ``kb.search``; every field can be overridden per call."""
 
-    method: Literal["hybrid", "vector", "full_text"] = "hybrid"
+    method: Literal["hybrid", "vector", "full_text", "tree_search"] = "hybrid"
     top_k: int = Field(10, ge=1, le=1000)
     vector_weight: float = Field(0.5, ge=0.0, le=1.0)
     rrf_k: float = Field(60.0, gt=0.0, le=10000.0)
@@ -137,26 +227,164 @@ class RetrievalConfig(_Strict):
         return self
 
 
-def describe_error(exc: ValidationError, what: str) -> str:
-    """One line naming every field at fault, e.g. ``indexing_config.chunk_size: ...``."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        where = f"{what}.{loc}" if loc else what
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+def _bounds(model: type[BaseModel] | None, name: str) -> tuple[Any, Any]:
+    """A numeric field's lower and upper bounds, from its Field(ge=..., le=...)."""
+    info = model.model_fields.get(name) if model is not None else None
+    low = high = None
+    for m in info.metadata if info is not None else []:
+        low = getattr(m, "ge", getattr(m, "gt", low))
+        high = getattr(m, "le", getattr(m, "lt", high))
+    return low, high
 
 
-def validate(kind: str, value: dict[str, Any] | None) -> dict[str, Any]:
-    """Validate and complete a config; raise ``ValueError`` naming the bad fields."""
-    models: dict[str, type[BaseModel]] = {
-        "indexing_config": IndexingConfig,
-        "retrieval_config": RetrievalConfig,
+def _got(value: Any) -> str:
+    return json.dumps(value, default=str)[:80]
+
+
+def phrase_error(err: Any, model: type[BaseModel] | None = None, prefix: str = "") -> str:
+    """One pydantic error as a sentence that names the field and the value given."""
+    loc = [str(p) for p in err["loc"]]
+    field = prefix + (".".join(loc) or "value")
+    kind = err["type"]
+    got = _got(err.get("input"))
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        low, high = _bounds(model, loc[-1]) if len(loc) == 1 else (None, None)
+        if low is not None and high is not None:
+            return f"{field} must be between {low} and {high} (got {got})"
+        bound = next(iter(err.get("ctx", {}).values()), "?")
+        words = {
+            "greater_than_equal": "at least",
+            "less_than_equal": "at most",
+            "greater_than": "greater than",
+            "less_than": "less than",
+        }
+        return f"{field} must be {words[kind]} {bound} (got {got})"
+    if kind == "literal_error":
+        expected = str(err.get("ctx", {}).get("expected", "")).replace("'", "")
+        return f'unknown {field} "{err.get("input")}" (expected {expected})'
+    if kind == "extra_forbidden":
+        return f'unknown field "{field}"'
+    if kind == "value_error":
+        return str(err["msg"]).removeprefix("Value error, ")
+    types = {
+        "int_type": "an integer",
+        "int_parsing": "an integer",
+        "int_from_float": "an integer",
+        "float_type": "a number",
+        "float_parsing": "a number",
+        "bool_type": "true or false",
+        "bool_parsing": "true or false",
+        "string_type": "a string",
+        "dict_type": "a JSON object",
+        "model_type": "a JSON object",
     }
-    model = models[kind]
+    if kind in types:
+        return f"{field} must be {types[kind]} (got {got})"
+    if kind == "string_too_short":
+        return f"{field} must not be empty"
+    if kind == "string_too_long":
+        return f"{field} is too long (at most {err['ctx']['max_length']} characters)"
+    if kind == "string_pattern_mismatch":
+        return (
+            f"{field} {got} is not a valid name (letters, digits and _; not starting with a digit)"
+        )
+    return f"{field}: {err['msg']}"
+
+
+def describe_error(exc: ValidationError, what: str, model: type[BaseModel] | None = None) -> str:
+    """Every field at fault, each as a sentence naming the field and the value given."""
+    return "; ".join(phrase_error(err, model) for err in exc.errors())
+
+
+class ConfigError(ValueError):
+    """A config that does not validate: ``message`` names the first problem, ``problems`` all."""
+
+    def __init__(self, kind: str, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.kind = kind
+        self.problems = problems
+
+
+MODELS: dict[str, type[BaseModel]] = {
+    "indexing_config": IndexingConfig,
+    "retrieval_config": RetrievalConfig,
+}
+
+
+def validate(
+    kind: str, value: dict[str, Any] | None, strategy: str | None = None
+) -> dict[str, Any]:
+    """Validate and complete a config; raise ``ConfigError`` naming the bad fields.
+
+    A retrieval_config is checked against the KB's ``strategy`` when given: its method
+    defaults to the strategy's first one, and a method the strategy cannot serve is an error.
+    """
+    model = MODELS[kind]
     if value is not None and not isinstance(value, dict):
-        raise ValueError(f"{kind} must be a JSON object, not {type(value).__name__}")
+        raise ConfigError(kind, [f"{kind} must be a JSON object, not {type(value).__name__}"])
+    value = dict(value or {})
+    if kind == "retrieval_config" and strategy is not None:
+        methods = STRATEGIES[strategy].methods
+        value.setdefault("method", methods[0])
+        if value["method"] in METHODS and value["method"] not in methods:
+            raise ConfigError(
+                kind,
+                [
+                    f'method "{value["method"]}" is not available for a {strategy} knowledge '
+                    f"base (it serves {' and '.join(methods)})"
+                ],
+            )
     try:
-        return model.model_validate(value or {}).model_dump(mode="json")
+        return model.model_validate(value).model_dump(mode="json")
     except ValidationError as exc:
-        raise ValueError(describe_error(exc, kind)) from None
+        raise ConfigError(kind, [phrase_error(e, model) for e in exc.errors()]) from None
+
+
+def merge_defaults(defaults: dict[str, Any] | None, given: dict[str, Any] | None) -> dict[str, Any]:
+    """A KB's own config over the project defaults; ``extra`` merges key by key.
+
+    Default ``extra`` keys the KB's strategy does not know are left out, so a default
+    PageIndex model does not break a ChunkEmbed KB.
+    """
+    defaults = dict(defaults or {})
+    given = dict(given or {})
+    merged = {**defaults, **given}
+    if "extra" in defaults or "extra" in given:
+        strategy = merged.get("strategy", "chunk_embed")
+        spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
+        known = set(spec.extra.model_fields) if spec is not None and spec.extra else set()
+        extra = {k: v for k, v in dict(defaults.get("extra") or {}).items() if k in known}
+        extra.update(given.get("extra") or {})
+        merged["extra"] = extra
+    return merged
+
+
+def validate_defaults(kind: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Check project defaults: every field valid, each ``extra`` key one that an
+    available strategy knows (and valid there). Returns them as given, not completed."""
+    if not isinstance(value, dict):
+        raise ConfigError(kind, [f"{kind} defaults must be a JSON object"])
+    base = {k: v for k, v in value.items() if k != "extra"}
+    validate(kind, base)
+    extra = value.get("extra") or {}
+    if kind == "indexing_config" and extra:
+        if not isinstance(extra, dict):
+            raise ConfigError(kind, ["extra must be a JSON object"])
+        problems: list[str] = []
+        for key, item in extra.items():
+            homes = [
+                (name, spec.extra)
+                for name, spec in STRATEGIES.items()
+                if spec.extra is not None and key in spec.extra.model_fields
+            ]
+            if not homes:
+                problems.append(f'unknown field "extra.{key}" (no strategy has it)')
+                continue
+            _, model = homes[0]
+            try:
+                model.model_validate({key: item})
+            except ValidationError as exc:
+                problems += [phrase_error(e, model, "extra.") for e in exc.errors()]
+        if problems:
+            raise ConfigError(kind, problems)
+    return value

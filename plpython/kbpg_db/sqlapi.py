@@ -24,23 +24,61 @@ def _json(value: Any) -> Any:
     return value
 
 
-def _config_or_error(plpy: Any, kind: str, value: Any) -> dict[str, Any]:
+def config_error(plpy: Any, exc: Any) -> None:
+    """Raise a config error as PostgreSQL would: the first problem as the message, every
+    problem in DETAIL when there are several."""
+    problems = getattr(exc, "problems", None) or [str(exc)]
+    kind = getattr(exc, "kind", "config")
+    detail = None
+    if len(problems) > 1:
+        detail = f"{len(problems)} problems in {kind}: " + "; ".join(problems)
+    plpy.error(
+        problems[0],
+        detail=detail,
+        hint=f"the README lists the {kind} fields and their ranges",
+        sqlstate=INVALID_PARAMETER,
+    )
+
+
+def _config_or_error(
+    plpy: Any, kind: str, value: Any, strategy: str | None = None
+) -> dict[str, Any]:
     from kbpg_db import config
 
     try:
-        return config.validate(kind, _json(value))
+        return config.validate(kind, _json(value), strategy)
     except ValueError as exc:
-        plpy.error(
-            f"invalid {kind}",
-            detail=str(exc),
-            hint="see the README for the fields and their ranges",
-            sqlstate=INVALID_PARAMETER,
-        )
+        config_error(plpy, exc)
         raise  # plpy.error raises; this keeps type checkers content
 
 
-def validate_config(plpy: Any, kind: str, value: Any) -> str:
-    return json.dumps(_config_or_error(plpy, kind, value))
+def validate_config(plpy: Any, kind: str, value: Any, strategy: str | None = None) -> str:
+    return json.dumps(_config_or_error(plpy, kind, value, strategy))
+
+
+def check_defaults(plpy: Any, kind: str, value: Any) -> str:
+    from kbpg_db import config
+
+    try:
+        return json.dumps(config.validate_defaults(kind, _json(value)))
+    except ValueError as exc:
+        config_error(plpy, exc)
+        raise
+
+
+def complete_config(plpy: Any, kind: str, value: Any, strategy: str | None = None) -> str:
+    """A new KB's config: the project defaults (``kb.setting``) under its own fields,
+    validated and completed, so later default changes never alter it."""
+    from kbpg_db import config
+
+    rows = plpy.execute(
+        plpy.prepare("SELECT value FROM kb.setting WHERE name = $1", ["text"]), [kind]
+    )
+    defaults = _json(rows[0]["value"]) if rows else None
+    given = _json(value)
+    if given is not None and not isinstance(given, dict):
+        return validate_config(plpy, kind, given, strategy)
+    return validate_config(plpy, kind, config.merge_defaults(defaults, given), strategy)
 
 
 def api_key(plpy: Any, name: str | None) -> str | None:
@@ -69,55 +107,102 @@ def _default_key_name(model: str) -> str | None:
 def preview_chunks(
     plpy: Any, content: str, indexing_config: Any, page_starts: list[int] | None
 ) -> list[dict[str, Any]]:
-    from kbpg_db import chunking
+    from kbpg_db import config
+    from kbpg_db.strategies import chunk_embed
 
-    cfg = _config_or_error(plpy, "indexing_config", indexing_config)
+    cfg = config.IndexingConfig.model_validate(
+        _config_or_error(plpy, "indexing_config", indexing_config)
+    )
     try:
-        chunks = chunking.chunk_text(
-            content, cfg["chunker"], cfg["chunk_size"], cfg["chunk_overlap"], cfg["title_line"]
-        )
+        return chunk_embed.chunk_rows(content, cfg, page_starts)
     except ValueError as exc:
         plpy.error(str(exc), sqlstate=INVALID_PARAMETER)
-    return [
-        {
-            "ordinal": c.ordinal,
-            "content": c.content,
-            "embed_text": c.embed_text,
-            "token_count": c.token_count,
-            "heading_path": c.heading_path,
-            "page": chunking.page_of(page_starts, c.char_start),
-            "char_start": c.char_start,
-            "char_end": c.char_end,
-            "embedding": None,
-        }
-        for c in chunks
-    ]
+        raise
 
 
-def chunk_and_embed(
-    plpy: Any, content: str, indexing_config: Any, page_starts: list[int] | None
-) -> dict[str, Any]:
-    """Chunk a document and embed its chunks: the compute half of indexing one document."""
-    from kbpg_db import config, embedding, tokens
-
-    rows = preview_chunks(plpy, content, indexing_config, page_starts)
-    cfg = config.IndexingConfig.model_validate(_json(indexing_config))
-    key = api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model))
+def _step_seconds(plpy: Any) -> float:
+    row = plpy.execute("SELECT current_setting('kb.llm_step_seconds', true) AS v")
     try:
-        texts = [r["embed_text"] for r in rows]
-        result = embedding.embed(cfg, texts, key, [tokens.count(t) for t in texts])
+        return float(row[0]["v"]) if row and row[0]["v"] else 10.0
+    except ValueError:
+        return 10.0
+
+
+def build_document(
+    plpy: Any,
+    title: str,
+    content: str,
+    indexing_config: Any,
+    page_starts: list[int] | None,
+    metadata: Any,
+) -> dict[str, Any]:
+    """One step of indexing a document with its KB's strategy.
+
+    status ``done``: chunks and artifacts to store; ``more``: the step's time is spent and
+    the LLM answers so far are cached (the caller commits and calls again); ``error``: the
+    strategy cannot index the document (the message names the stage).
+    """
+    import time
+
+    from kbpg_db import llm, strategies
+
+    cfg = _indexing(indexing_config)
+    progress: list[str] = []
+    layer: llm.Llm | None = None
+    if cfg.spec.uses_llm:
+        settings = cfg.llm()
+        provider = None
+        if settings.model:
+            key = api_key(plpy, settings.api_key_name or _default_key_name(settings.model))
+            provider = llm.Provider(settings, key)
+        wait = settings.request_timeout_s * (settings.max_retries + 1)
+        layer = llm.Llm(
+            settings,
+            provider,
+            llm.CallCache(plpy),
+            llm.Slots(plpy, llm.endpoint_of(settings), settings.llm_concurrency, wait)
+            if provider
+            else None,
+            deadline=time.monotonic() + _step_seconds(plpy),
+        )
+    ctx = strategies.BuildContext(
+        layer,
+        api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model)),
+        progress.append,
+    )
+    doc = strategies.Document(title, content, page_starts, _json(metadata) or {})
+    out: dict[str, Any] = {
+        "status": "done",
+        "chunks": None,
+        "artifacts": None,
+        "tokens": 0,
+        "cost_usd": 0.0,
+        "progress": None,
+        "usage": None,
+        "error": None,
+    }
+    try:
+        built = strategies.build(doc, cfg, ctx)
+    except llm.StepYield:
+        out["status"] = "more"
+    except (llm.LlmError, strategies.StrategyError) as exc:
+        out["status"] = "error"
+        stage = progress[-1] if progress else "indexing"
+        out["error"] = f'document "{title}": {cfg.strategy}, while {stage}: {exc}'
     except ValueError as exc:
         plpy.error(str(exc), sqlstate=DATA_EXCEPTION)
-    except Exception as exc:
+    except RuntimeError as exc:
         plpy.error(f"embedding failed: {exc}", sqlstate=EXTERNAL_FAILURE)
-    for row, vec in zip(rows, result.vectors, strict=True):
-        row["embedding"] = vec
-    return {
-        "chunks": rows,
-        "tokens": result.tokens,
-        "cost_usd": result.cost_usd,
-        "calls": result.calls,
-    }
+    else:
+        out.update(
+            chunks=built.chunks,
+            artifacts=json.dumps(built.artifacts) if built.artifacts is not None else None,
+            tokens=built.tokens,
+            cost_usd=built.cost_usd,
+        )
+    out["progress"] = progress[-1] if progress else None
+    out["usage"] = json.dumps(layer.usage.as_json()) if layer else None
+    return out
 
 
 def prepare_query(
@@ -132,15 +217,20 @@ def prepare_query(
     A failing embedding provider does not fail a hybrid query: the vector channel is
     dropped and ``note`` says why.
     """
-    from kbpg_db import config, embedding
+    from kbpg_db import embedding
 
-    merged = dict(_json(retrieval_config) or {})
-    merged.update(_json(overrides) or {})
-    cfg = _config_or_error(plpy, "retrieval_config", merged)
+    icfg = _indexing(indexing_config)
+    cfg = _retrieval(plpy, retrieval_config, overrides, icfg.strategy)
     out: dict[str, Any] = {"config": json.dumps(cfg), "embedding": None, "note": None}
+    if cfg["method"] == "tree_search":
+        plpy.error(
+            "tree_search is not available yet in this version of kbpg",
+            detail="page_index knowledge bases build their trees; searching them with "
+            "tree_search is being built",
+            sqlstate="0A000",
+        )
     if cfg["method"] == "full_text":
         return out
-    icfg = config.IndexingConfig.model_validate(_json(indexing_config))
     key = api_key(plpy, icfg.api_key_name or _default_key_name(icfg.embedding_model))
     try:
         out["embedding"] = embedding.embed(icfg, [query], key).vectors[0]
@@ -150,6 +240,41 @@ def prepare_query(
         out["note"] = f"vector channel unavailable ({exc}); results from full_text only"
         plpy.warning(out["note"])
     return out
+
+
+# Validated configs per backend: a search does no pydantic work after the first.
+_CACHE_LIMIT = 256
+_indexing_cache: dict[str, Any] = {}
+_retrieval_cache: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
+def _indexing(indexing_config: Any) -> Any:
+    from kbpg_db import config
+
+    key = _text(indexing_config)
+    cfg = _indexing_cache.get(key)
+    if cfg is None:
+        if len(_indexing_cache) > _CACHE_LIMIT:
+            _indexing_cache.clear()
+        cfg = _indexing_cache[key] = config.IndexingConfig.model_validate(_json(indexing_config))
+    return cfg
+
+
+def _retrieval(plpy: Any, retrieval_config: Any, overrides: Any, strategy: str) -> dict[str, Any]:
+    key = (_text(retrieval_config), _text(overrides), strategy)
+    cfg = _retrieval_cache.get(key)
+    if cfg is None:
+        merged = dict(_json(retrieval_config) or {})
+        merged.update(_json(overrides) or {})
+        cfg = _config_or_error(plpy, "retrieval_config", merged, strategy)
+        if len(_retrieval_cache) > _CACHE_LIMIT:
+            _retrieval_cache.clear()
+        _retrieval_cache[key] = cfg
+    return dict(cfg)
 
 
 def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -> list[float]:

@@ -75,8 +75,9 @@ def test_fresh_install_equals_step_by_step(cluster: Cluster) -> None:
         with psycopg.connect(cluster.dsn("schema_fresh"), autocommit=True) as conn:
             migrate(conn)
         with psycopg.connect(cluster.dsn("schema_steps"), autocommit=True) as conn:
+            # Each migration in turn; the sql/ files of this tree pair with its last one.
             for script in scripts(migrations_dir()):
-                applied = migrate(conn, upto=script.name)  # each release's upgrade in turn
+                applied = migrate(conn, upto=script.name, with_sql=False)
                 assert script.name in applied
             names = {m.name for m in scripts(migrations_dir())}
             assert not names & set(migrate(conn))  # nothing left to run twice

@@ -1,14 +1,23 @@
-"""Config validation names the field at fault."""
+"""Config validation: each error names the field and the value given, in plain words."""
 
 from __future__ import annotations
 
 import pytest
-from kbpg_db.config import IndexingConfig, validate
+from kbpg_db.config import (
+    STRATEGIES,
+    ConfigError,
+    IndexingConfig,
+    merge_defaults,
+    validate,
+    validate_defaults,
+)
 
 
 def test_defaults() -> None:
     cfg = validate("indexing_config", {})
     assert cfg["chunker"] == "markdown_header" and cfg["chunk_size"] == 200
+    assert cfg["strategy"] == "chunk_embed" and cfg["extra"] == {}
+    assert cfg["embedding_dimensions"] == 384  # recorded: SQL reads the size from the config
     assert IndexingConfig().dimensions == 384
     r = validate("retrieval_config", None)
     assert (r["method"], r["top_k"], r["vector_weight"], r["rrf_k"]) == ("hybrid", 10, 0.5, 60.0)
@@ -17,22 +26,87 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(
     ("kind", "value", "message"),
     [
-        ("indexing_config", {"chunk_size": 0}, "indexing_config.chunk_size"),
-        ("indexing_config", {"chunker": "semantic"}, "indexing_config.chunker"),
-        ("indexing_config", {"colour": 1}, "indexing_config.colour"),
-        ("indexing_config", {"chunk_size": 50, "chunk_overlap": 50}, "chunk_overlap (50)"),
+        ("indexing_config", {"chunk_size": 0}, "chunk_size must be between 16 and 32000 (got 0)"),
+        (
+            "indexing_config",
+            {"chunker": "semantic"},
+            'unknown chunker "semantic" (expected markdown_header, recursive or fixed_size)',
+        ),
+        ("indexing_config", {"colour": 1}, 'unknown field "colour"'),
+        (
+            "indexing_config",
+            {"chunk_size": 50, "chunk_overlap": 50},
+            "chunk_overlap (50) must be smaller than chunk_size (50)",
+        ),
         ("indexing_config", {"embedding_model": "local/other"}, "unknown local embedding model"),
         ("indexing_config", {"embedding_model": "x/y"}, "embedding_dimensions is required"),
-        ("indexing_config", {"chunk_size": 5000}, "exceeds the 200-token input"),
-        ("retrieval_config", {"top_k": 0}, "retrieval_config.top_k"),
-        ("retrieval_config", {"method": "magic"}, "retrieval_config.method"),
-        ("retrieval_config", {"rerank": True}, "rerank_model is not set"),
-        ("retrieval_config", [], "must be a JSON object"),
+        (
+            "indexing_config",
+            {"chunk_size": 5000},
+            "chunk_size 5000 exceeds the 200-token input of local/all-MiniLM-L6-v2",
+        ),
+        ("indexing_config", {"batch_size": "many"}, 'batch_size must be an integer (got "many")'),
+        ("retrieval_config", {"top_k": 0}, "top_k must be between 1 and 1000 (got 0)"),
+        ("retrieval_config", {"top_k": 2000}, "top_k must be between 1 and 1000 (got 2000)"),
+        (
+            "retrieval_config",
+            {"method": "tree_serch"},
+            'unknown method "tree_serch" (expected hybrid, vector, full_text or tree_search)',
+        ),
+        ("retrieval_config", {"rerank": True}, "rerank is on but rerank_model is not set"),
+        ("retrieval_config", [], "retrieval_config must be a JSON object, not list"),
     ],
 )
 def test_errors(kind: str, value: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError) as info:
         validate(kind, value)  # type: ignore[arg-type]
+    assert info.value.problems[0] == message or info.value.problems[0].startswith(message)
+    assert "Input should" not in str(info.value)
+
+
+def test_every_field_at_fault_is_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate("retrieval_config", {"top_k": 0, "rrf_k": -1, "bogus": 1})
+    assert len(info.value.problems) == 3
+    assert 'unknown field "bogus"' in info.value.problems
+
+
+def test_strategies_and_their_methods() -> None:
+    assert STRATEGIES["chunk_embed"].methods == ("hybrid", "vector", "full_text")
+    assert STRATEGIES["page_index"].methods == ("tree_search",)
+    cfg = validate("indexing_config", {"strategy": "page_index", "extra": {"model": "openai/m"}})
+    assert cfg["extra"]["llm_concurrency"] == 7 and cfg["extra"]["if_add_node_summary"] == "yes"
+    # The method defaults to the strategy's own; one it cannot serve is refused by name.
+    assert validate("retrieval_config", {}, "page_index")["method"] == "tree_search"
+    with pytest.raises(ConfigError, match="not available for a page_index knowledge base"):
+        validate("retrieval_config", {"method": "hybrid"}, "page_index")
+    with pytest.raises(ConfigError, match="not available for a chunk_embed knowledge base"):
+        validate("retrieval_config", {"method": "tree_search"}, "chunk_embed")
+    for later in ("graph_index", "doc2json"):
+        with pytest.raises(ConfigError, match=f"strategy '{later}' is not available yet"):
+            validate("indexing_config", {"strategy": later})
+    with pytest.raises(ConfigError, match=r'unknown field "extra\.model"'):
+        validate("indexing_config", {"extra": {"model": "openai/m"}})  # chunk_embed has none
+    with pytest.raises(ConfigError, match=r"extra\.llm_concurrency must be between 1 and 64"):
+        validate("indexing_config", {"strategy": "page_index", "extra": {"llm_concurrency": 0}})
+
+
+def test_project_defaults_merge() -> None:
+    defaults = {"chunk_size": 150, "extra": {"model": "openai/m", "llm_concurrency": 3}}
+    validate_defaults("indexing_config", defaults)
+    # ChunkEmbed KBs ignore the PageIndex model; PageIndex KBs take it, key by key.
+    plain = validate("indexing_config", merge_defaults(defaults, {}))
+    assert plain["chunk_size"] == 150 and plain["extra"] == {}
+    tree = validate(
+        "indexing_config",
+        merge_defaults(defaults, {"strategy": "page_index", "extra": {"llm_concurrency": 2}}),
+    )
+    assert tree["extra"]["model"] == "openai/m" and tree["extra"]["llm_concurrency"] == 2
+    assert tree["chunk_size"] == 150
+    with pytest.raises(ConfigError, match=r'unknown field "extra\.nope"'):
+        validate_defaults("indexing_config", {"extra": {"nope": 1}})
+    with pytest.raises(ConfigError, match="chunk_size must be between"):
+        validate_defaults("indexing_config", {"chunk_size": 1})
 
 
 def test_large_models_and_truncation_opt_in() -> None:
