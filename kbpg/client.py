@@ -6,10 +6,12 @@ turned into :mod:`kbpg.errors` classes that name what is wrong.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbpg.errors import ConfigError, from_db
 from kbpg.loaders import LoadedDocument, load_file
@@ -78,17 +80,9 @@ class PutResult:
 
 
 def _named_call(
-    function: str,
-    fixed: dict[str, Any],
-    options: dict[str, Any],
-    allowed: tuple[str, ...],
-    json_text: bool = True,
+    function: str, fixed: dict[str, Any], options: dict[str, Any], allowed: tuple[str, ...]
 ) -> tuple[str, list[Any]]:
-    """``kb.fn(a => $1, b => $2, ...)`` with only known option names (never user text).
-
-    JSON options go as text for psycopg; asyncpg's jsonb codec takes the objects
-    (``json_text=False``).
-    """
+    """``kb.fn(a => $1, b => $2, ...)`` with only known option names (never user text)."""
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ConfigError(
@@ -100,10 +94,8 @@ def _named_call(
     for name, value in [*fixed.items(), *options.items()]:
         if value is None:
             continue
-        if name in JSON_OPTIONS and json_text:
-            value = json.dumps(value)
         names.append(name)
-        values.append(value)
+        values.append(Json(value) if name in JSON_OPTIONS else value)
     args = ", ".join(
         f"{n} => ${i}" + ("::jsonb" if n in JSON_OPTIONS else "")
         for i, n in enumerate(names, start=1)
@@ -111,39 +103,163 @@ def _named_call(
     return f"SELECT * FROM kb.{function}({args})", values
 
 
-def _psycopg_sql(query: str, params: list[Any] | tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
-    """``$n`` placeholders (asyncpg style, shared by both clients) to psycopg's ``%(pn)s``."""
-    import re
+@dataclass
+class Json:
+    """A jsonb parameter: each client encodes it as its driver wants."""
 
-    return (
-        re.sub(r"\$(\d+)", r"%(p\1)s", query.replace("%", "%%")),
-        {f"p{i}": v for i, v in enumerate(params, start=1)},
-    )
+    value: Any
 
 
-def _document_args(doc: LoadedDocument, kb: str) -> list[Any]:
-    return [
-        kb,
-        doc.title,
-        doc.content,
-        json.dumps(doc.metadata),
-        doc.source_uri,
-        doc.usage_mode,
-        doc.page_starts,
-    ]
+@dataclass
+class Call:
+    """One SQL call of the API and how to read its rows; both clients run the same ones."""
+
+    sql: str
+    params: list[Any]
+    read: Callable[[list[dict[str, Any]]], Any] = lambda rows: rows
 
 
-DOCUMENT_STATUS_SQL = (
-    "SELECT * FROM kb.document_status WHERE kb = $1 AND ($2::text IS NULL OR title = $2) "
-    "ORDER BY document_id"
-)
-PUT_SQL = (
-    "SELECT document_id, action FROM kb.put_document($1, $2, $3, $4::jsonb, $5, $6, $7::integer[])"
-)
+def _first(column: str, cast: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+    return lambda rows: cast(rows[0][column])
+
+
+class _Api:
+    """Every method of the client API, once: each returns the :class:`Call` to run."""
+
+    @staticmethod
+    def create_knowledge_base(
+        name: str,
+        indexing_config: dict[str, Any] | None = None,
+        retrieval_config: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> Call:
+        return Call(
+            "SELECT kb.create_knowledge_base($1, $2::jsonb, $3::jsonb, $4) AS id",
+            [name, Json(indexing_config or {}), Json(retrieval_config or {}), description],
+            _first("id", int),
+        )
+
+    @staticmethod
+    def drop_knowledge_base(name: str, if_exists: bool = False) -> Call:
+        return Call(
+            "SELECT kb.drop_knowledge_base($1, $2) AS ok", [name, if_exists], _first("ok", bool)
+        )
+
+    @staticmethod
+    def list_knowledge_bases() -> Call:
+        return Call("SELECT * FROM kb.list_knowledge_bases()", [])
+
+    @staticmethod
+    def knowledge_base(name: str) -> Call:
+        return Call(
+            "SELECT row_to_json(k)::jsonb AS kb FROM kb._get_kb($1) k", [name], _first("kb", dict)
+        )
+
+    @staticmethod
+    def set_default_config(kind: str, config: dict[str, Any]) -> Call:
+        return Call(
+            "SELECT kb.set_default_config($1, $2::jsonb) AS v", [kind, Json(config)], _first("v")
+        )
+
+    @staticmethod
+    def add_text(
+        kb: str,
+        title: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        source_uri: str | None = None,
+        usage_mode: str = "rag",
+        page_starts: list[int] | None = None,
+    ) -> Call:
+        doc = LoadedDocument(title, content, metadata or {}, source_uri, page_starts, usage_mode)
+        return _Api.put(kb, doc)
+
+    @staticmethod
+    def put(kb: str, doc: LoadedDocument) -> Call:
+        return Call(
+            "SELECT document_id, action FROM kb.put_document($1, $2, $3, $4::jsonb, $5, $6, "
+            "$7::integer[])",
+            [
+                kb,
+                doc.title,
+                doc.content,
+                Json(doc.metadata),
+                doc.source_uri,
+                doc.usage_mode,
+                doc.page_starts,
+            ],
+            lambda rows: PutResult(int(rows[0]["document_id"]), rows[0]["action"], doc.title),
+        )
+
+    @staticmethod
+    def add_file(
+        kb: str,
+        path: str | Path,
+        metadata: dict[str, Any] | None = None,
+        usage_mode: str = "rag",
+        title: str | None = None,
+    ) -> Call:
+        doc = load_file(Path(path), metadata=metadata, usage_mode=usage_mode, title=title)
+        return _Api.put(kb, doc)
+
+    @staticmethod
+    def delete_document(kb: str, title: str) -> Call:
+        return Call(
+            "SELECT kb.delete_document($1, $2::text) AS ok", [kb, title], _first("ok", bool)
+        )
+
+    @staticmethod
+    def reindex_document(kb: str, title: str) -> Call:
+        return Call("SELECT kb.reindex_document($1, $2) AS id", [kb, title], _first("id", int))
+
+    @staticmethod
+    def reindex_knowledge_base(kb: str, indexing_config: dict[str, Any] | None = None) -> Call:
+        cfg = Json(indexing_config) if indexing_config is not None else None
+        return Call(
+            "SELECT kb.reindex_knowledge_base($1, $2::jsonb) AS id", [kb, cfg], _first("id", int)
+        )
+
+    @staticmethod
+    def document_status(kb: str, title: str | None = None) -> Call:
+        return Call(
+            "SELECT * FROM kb.document_status WHERE kb = $1 AND ($2::text IS NULL OR title = $2) "
+            "ORDER BY document_id",
+            [kb, title],
+        )
+
+    @staticmethod
+    def queue_status() -> Call:
+        return Call("SELECT * FROM kb.queue_status()", [])
+
+    @staticmethod
+    def search(kb: str, query: str, **options: Any) -> Call:
+        sql, params = _named_call("search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS)
+        return Call(sql, params, lambda rows: [SearchResult(**row) for row in rows])
+
+    @staticmethod
+    def explain_search(kb: str, query: str, **options: Any) -> Call:
+        sql, params = _named_call(
+            "explain_search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS
+        )
+        return Call(sql, params)
+
+    @staticmethod
+    def build_context(kb: str, query: str, **options: Any) -> Call:
+        sql, params = _named_call(
+            "build_context", {"kb": kb, "query": query}, options, CONTEXT_OPTIONS
+        )
+        return Call(sql, params, lambda rows: rows[0])
+
+
+API = [name for name in vars(_Api) if not name.startswith("_")]
 
 
 class Client:
-    """Synchronous client over one psycopg connection (autocommit)."""
+    """Synchronous client over one psycopg connection (autocommit).
+
+    Its methods are those of :class:`_Api` (knowledge bases, documents, retrieval); each
+    runs one ``kb.*`` SQL function and turns database errors into :mod:`kbpg.errors`.
+    """
 
     def __init__(self, dsn: str | None = None, *, conn: Any = None) -> None:
         from kbpg.db import connect
@@ -162,109 +278,22 @@ class Client:
     def _rows(self, query: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         import psycopg
         from psycopg.rows import dict_row
+        from psycopg.types.json import Jsonb
 
-        try:
-            with self.conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(*_psycopg_sql(query, params))
+        values = [Jsonb(p.value) if isinstance(p, Json) else p for p in params]
+        try:  # a raw cursor takes the $n placeholders both clients share
+            with psycopg.RawCursor(self.conn, row_factory=dict_row) as cur:
+                cur.execute(query, values)
                 return list(cur.fetchall()) if cur.description else []
         except psycopg.Error as exc:
             raise from_db(exc) from exc
 
-    # --- knowledge bases ------------------------------------------------------------------
-    def create_knowledge_base(
-        self,
-        name: str,
-        indexing_config: dict[str, Any] | None = None,
-        retrieval_config: dict[str, Any] | None = None,
-        description: str = "",
-    ) -> int:
-        rows = self._rows(
-            "SELECT kb.create_knowledge_base($1, $2::jsonb, $3::jsonb, $4) AS id",
-            [
-                name,
-                json.dumps(indexing_config or {}),
-                json.dumps(retrieval_config or {}),
-                description,
-            ],
-        )
-        return int(rows[0]["id"])
+    def _run(self, call: Call) -> Any:
+        return call.read(self._rows(call.sql, call.params))
 
-    def drop_knowledge_base(self, name: str, if_exists: bool = False) -> bool:
-        rows = self._rows("SELECT kb.drop_knowledge_base($1, $2) AS ok", [name, if_exists])
-        return bool(rows[0]["ok"])
+    if TYPE_CHECKING:  # the API methods are attached below, from _Api
 
-    def list_knowledge_bases(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM kb.list_knowledge_bases()")
-
-    def knowledge_base(self, name: str) -> dict[str, Any]:
-        rows = self._rows("SELECT row_to_json(k)::jsonb AS kb FROM kb._get_kb($1) k", [name])
-        return dict(rows[0]["kb"])
-
-    # --- documents --------------------------------------------------------------------------
-    def add_text(
-        self,
-        kb: str,
-        title: str,
-        content: str,
-        metadata: dict[str, Any] | None = None,
-        source_uri: str | None = None,
-        usage_mode: str = "rag",
-        page_starts: list[int] | None = None,
-    ) -> PutResult:
-        doc = LoadedDocument(title, content, metadata or {}, source_uri, page_starts, usage_mode)
-        return self.put(kb, doc)
-
-    def put(self, kb: str, doc: LoadedDocument) -> PutResult:
-        row = self._rows(PUT_SQL, _document_args(doc, kb))[0]
-        return PutResult(int(row["document_id"]), row["action"], doc.title)
-
-    def add_file(
-        self,
-        kb: str,
-        path: str | Path,
-        metadata: dict[str, Any] | None = None,
-        usage_mode: str = "rag",
-        title: str | None = None,
-    ) -> PutResult:
-        doc = load_file(Path(path), metadata=metadata, usage_mode=usage_mode, title=title)
-        return self.put(kb, doc)
-
-    def delete_document(self, kb: str, title: str) -> bool:
-        return bool(
-            self._rows("SELECT kb.delete_document($1, $2::text) AS ok", [kb, title])[0]["ok"]
-        )
-
-    def reindex_document(self, kb: str, title: str) -> int:
-        return int(self._rows("SELECT kb.reindex_document($1, $2) AS id", [kb, title])[0]["id"])
-
-    def reindex_knowledge_base(self, kb: str, indexing_config: dict[str, Any] | None = None) -> int:
-        cfg = json.dumps(indexing_config) if indexing_config is not None else None
-        return int(
-            self._rows("SELECT kb.reindex_knowledge_base($1, $2::jsonb) AS id", [kb, cfg])[0]["id"]
-        )
-
-    def document_status(self, kb: str, title: str | None = None) -> list[dict[str, Any]]:
-        return self._rows(DOCUMENT_STATUS_SQL, [kb, title])
-
-    def queue_status(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM kb.queue_status()")
-
-    # --- retrieval --------------------------------------------------------------------------
-    def search(self, kb: str, query: str, **options: Any) -> list[SearchResult]:
-        sql, params = _named_call("search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS)
-        return [SearchResult(**row) for row in self._rows(sql, params)]
-
-    def explain_search(self, kb: str, query: str, **options: Any) -> list[dict[str, Any]]:
-        sql, params = _named_call(
-            "explain_search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS
-        )
-        return self._rows(sql, params)
-
-    def build_context(self, kb: str, query: str, **options: Any) -> dict[str, Any]:
-        sql, params = _named_call(
-            "build_context", {"kb": kb, "query": query}, options, CONTEXT_OPTIONS
-        )
-        return self._rows(sql, params)[0]
+        def __getattr__(self, name: str) -> Any: ...
 
 
 class AsyncClient:
@@ -279,7 +308,7 @@ class AsyncClient:
 
         from kbpg.db import resolve_dsn
 
-        conn = await asyncpg.connect(_asyncpg_dsn(resolve_dsn(dsn)))
+        conn = await asyncpg.connect(**_asyncpg_params(resolve_dsn(dsn)))
         await conn.set_type_codec(
             "jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
         )
@@ -300,93 +329,58 @@ class AsyncClient:
         import asyncpg
 
         # Our codec encodes jsonb itself: hand it Python objects, not JSON text.
+        values = [p.value if isinstance(p, Json) else p for p in params]
         try:
-            records = await self.conn.fetch(query, *params)
+            records = await self.conn.fetch(query, *values)
         except asyncpg.PostgresError as exc:
             raise from_db(exc) from exc
         return [dict(r) for r in records]
 
-    async def create_knowledge_base(
-        self,
-        name: str,
-        indexing_config: dict[str, Any] | None = None,
-        retrieval_config: dict[str, Any] | None = None,
-        description: str = "",
-    ) -> int:
-        rows = await self._rows(
-            "SELECT kb.create_knowledge_base($1, $2::jsonb, $3::jsonb, $4) AS id",
-            [name, indexing_config or {}, retrieval_config or {}, description],
-        )
-        return int(rows[0]["id"])
+    async def _run(self, call: Call) -> Any:
+        return call.read(await self._rows(call.sql, call.params))
 
-    async def drop_knowledge_base(self, name: str, if_exists: bool = False) -> bool:
-        rows = await self._rows("SELECT kb.drop_knowledge_base($1, $2) AS ok", [name, if_exists])
-        return bool(rows[0]["ok"])
+    if TYPE_CHECKING:
 
-    async def list_knowledge_bases(self) -> list[dict[str, Any]]:
-        return await self._rows("SELECT * FROM kb.list_knowledge_bases()")
-
-    async def add_text(
-        self,
-        kb: str,
-        title: str,
-        content: str,
-        metadata: dict[str, Any] | None = None,
-        source_uri: str | None = None,
-        usage_mode: str = "rag",
-        page_starts: list[int] | None = None,
-    ) -> PutResult:
-        doc = LoadedDocument(title, content, metadata or {}, source_uri, page_starts, usage_mode)
-        return await self.put(kb, doc)
-
-    async def put(self, kb: str, doc: LoadedDocument) -> PutResult:
-        args = _document_args(doc, kb)
-        args[3] = doc.metadata
-        row = (await self._rows(PUT_SQL, args))[0]
-        return PutResult(int(row["document_id"]), row["action"], doc.title)
-
-    async def add_file(
-        self,
-        kb: str,
-        path: str | Path,
-        metadata: dict[str, Any] | None = None,
-        usage_mode: str = "rag",
-        title: str | None = None,
-    ) -> PutResult:
-        doc = load_file(Path(path), metadata=metadata, usage_mode=usage_mode, title=title)
-        return await self.put(kb, doc)
-
-    async def document_status(self, kb: str, title: str | None = None) -> list[dict[str, Any]]:
-        return await self._rows(DOCUMENT_STATUS_SQL, [kb, title])
-
-    async def search(self, kb: str, query: str, **options: Any) -> list[SearchResult]:
-        sql, params = _named_call(
-            "search", {"kb": kb, "query": query}, options, SEARCH_OPTIONS, json_text=False
-        )
-        return [SearchResult(**row) for row in await self._rows(sql, params)]
-
-    async def build_context(self, kb: str, query: str, **options: Any) -> dict[str, Any]:
-        sql, params = _named_call(
-            "build_context", {"kb": kb, "query": query}, options, CONTEXT_OPTIONS, json_text=False
-        )
-        return (await self._rows(sql, params))[0]
+        def __getattr__(self, name: str) -> Any: ...
 
 
-def _asyncpg_dsn(dsn: str) -> str:
-    """asyncpg takes URLs only: turn a libpq keyword string into one."""
-    if not dsn or "://" in dsn:
-        return dsn
-    from urllib.parse import quote
+def _sync(name: str) -> Callable[..., Any]:
+    build = getattr(_Api, name)
 
-    parts = dict(p.split("=", 1) for p in dsn.split())
-    host = parts.pop("host", "")
-    user = parts.pop("user", "")
-    port = parts.pop("port", "")
-    db = parts.pop("dbname", "")
-    query = {"host": host} if host.startswith("/") else {}
-    netloc = (quote(user) + "@" if user else "") + ("" if host.startswith("/") else host)
-    netloc += f":{port}" if port and not host.startswith("/") else ""
-    if host.startswith("/") and port:
-        query["port"] = port
-    qs = "&".join(f"{k}={quote(v)}" for k, v in {**query, **parts}.items())
-    return f"postgresql://{netloc}/{quote(db)}" + (f"?{qs}" if qs else "")
+    @functools.wraps(build)
+    def method(self: Client, *args: Any, **kwargs: Any) -> Any:
+        return self._run(build(*args, **kwargs))
+
+    return method
+
+
+def _async(name: str) -> Callable[..., Any]:
+    build = getattr(_Api, name)
+
+    @functools.wraps(build)
+    async def method(self: AsyncClient, *args: Any, **kwargs: Any) -> Any:
+        return await self._run(build(*args, **kwargs))
+
+    return method
+
+
+for _name in API:
+    setattr(Client, _name, _sync(_name))
+    setattr(AsyncClient, _name, _async(_name))
+
+
+def _asyncpg_params(dsn: str) -> dict[str, Any]:
+    """asyncpg's keyword arguments for a libpq connection string or URL (psycopg parses it,
+    so every libpq form works)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(dsn) if dsn else {}
+    renames = {"dbname": "database", "sslmode": "ssl"}
+    out: dict[str, Any] = {
+        renames.get(k, k): v
+        for k, v in params.items()
+        if k in ("host", "port", "user", "password", "dbname", "sslmode")
+    }
+    if isinstance(out.get("port"), str) and out["port"].isdigit():
+        out["port"] = int(out["port"])
+    return out

@@ -42,6 +42,23 @@ class ProviderError(KbpgError):
     """An embedding or rerank provider failed (SQLSTATE KB001, ours)."""
 
 
+class LimitError(DocumentError):
+    """A document or query over a size limit (SQLSTATE 54000 program_limit_exceeded)."""
+
+
+class DataError(KbpgError):
+    """Data that does not fit the KB, e.g. a vector of another dimension (22000)."""
+
+
+class BusyError(KbpgError):
+    """The object is in use: a reindex is already running (55006 object_in_use)."""
+
+
+class InstallError(KbpgError):
+    """kbpg's PL/Python package is missing (KB002) or of another version than the schema
+    (KB003): run `make setup` and `kbpg migrate` from the same release."""
+
+
 class ClusterError(KbpgError):
     """The embedded PostgreSQL cluster could not be created, started or reached."""
 
@@ -51,10 +68,12 @@ _BY_SQLSTATE: dict[str, type[KbpgError]] = {
     "22023": ConfigError,
     "23505": ConfigError,
     "22004": ConfigError,
-    "54000": DocumentError,
-    "22000": DocumentError,
+    "54000": LimitError,
+    "22000": DataError,
     "KB001": ProviderError,
-    "55006": ConfigError,
+    "KB002": InstallError,
+    "KB003": InstallError,
+    "55006": BusyError,
 }
 
 

@@ -198,10 +198,12 @@ COMMENT ON FUNCTION kb._search_core(text, text, jsonb) IS
   'Internal: every stage of a search (vector, BM25, fusion, rerank) for kb.search and kb.explain_search.';
 
 CREATE OR REPLACE FUNCTION kb._overrides(
-    top_k integer, method text, filter jsonb, vector_weight double precision,
-    rrf_k double precision, fusion_depth integer, similarity_threshold double precision,
-    rerank boolean, candidate_count integer, rerank_threshold double precision,
-    k1 double precision, b double precision, ef_search integer, options jsonb)
+    top_k integer DEFAULT NULL, method text DEFAULT NULL, filter jsonb DEFAULT NULL,
+    vector_weight double precision DEFAULT NULL, rrf_k double precision DEFAULT NULL,
+    fusion_depth integer DEFAULT NULL, similarity_threshold double precision DEFAULT NULL,
+    rerank boolean DEFAULT NULL, candidate_count integer DEFAULT NULL,
+    rerank_threshold double precision DEFAULT NULL, k1 double precision DEFAULT NULL,
+    b double precision DEFAULT NULL, ef_search integer DEFAULT NULL, options jsonb DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
