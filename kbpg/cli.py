@@ -54,19 +54,37 @@ def cmd_up(args: argparse.Namespace) -> int:
         migrate(conn)
     print(f"kbpg is up: {cluster.dsn()}")
     print(f"  data: {cluster.data}   log: {cluster.log_file}")
+    if args.llm:
+        from kbpg import llmserver
+
+        api_base = llmserver.start_background(
+            cluster.home, Path(args.llm), args.llm_port, args.llm_threads
+        )
+        print(f"  LLM: {Path(args.llm).name} at {api_base} (extra.api_base; model openai/local)")
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from kbpg import llmserver
     from kbpg.cluster import Cluster
 
     cluster = Cluster.default()
+    if llmserver.stop_background(cluster.home):
+        print("stopped the LLM server")
     if not cluster.running():
         print("kbpg's embedded cluster is not running")
         return 0
     cluster.stop()
     print("stopped")
     return 0
+
+
+def cmd_llm_serve(args: argparse.Namespace) -> int:
+    from kbpg import llmserver
+
+    return llmserver.serve(
+        Path(args.model), args.host, args.port, args.threads, args.ctx, args.parallel
+    )
 
 
 def cmd_dsn(args: argparse.Namespace) -> int:
@@ -321,9 +339,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sub.add_parser(
-        "up", help="create/start the embedded cluster and apply the schema"
-    ).set_defaults(func=cmd_up)
+    up = sub.add_parser("up", help="create/start the embedded cluster and apply the schema")
+    up.add_argument("--llm", metavar="FILE.gguf", help="also serve this local LLM (xllamacpp)")
+    up.add_argument("--llm-port", type=int, default=8431)
+    up.add_argument("--llm-threads", type=int, default=2)
+    up.set_defaults(func=cmd_up)
+    llm = sub.add_parser("llm", help="a local OpenAI-compatible LLM server")
+    llms = llm.add_subparsers(dest="llm_command", required=True, metavar="ACTION")
+    ls = llms.add_parser("serve", help="serve a GGUF model with llama.cpp (xllamacpp)")
+    ls.add_argument("--model", required=True, metavar="FILE.gguf")
+    ls.add_argument("--host", default="127.0.0.1")
+    ls.add_argument("--port", type=int, default=8431)
+    ls.add_argument("--threads", type=int, default=2)
+    ls.add_argument("--ctx", type=int, default=4096, help="context window in tokens")
+    ls.add_argument("--parallel", type=int, default=1, help="requests served at once")
+    ls.set_defaults(func=cmd_llm_serve)
     sub.add_parser("down", help="stop the embedded cluster").set_defaults(func=cmd_down)
     sub.add_parser("status", help="cluster state and the job queue").set_defaults(func=cmd_status)
     sub.add_parser("dsn", help="print a connection string psql accepts").set_defaults(func=cmd_dsn)

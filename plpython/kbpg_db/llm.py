@@ -218,6 +218,8 @@ class Provider:
             kwargs["api_base"] = s.api_base
         if self.api_key:
             kwargs["api_key"] = self.api_key
+        elif s.api_base:
+            kwargs["api_key"] = "none"  # a local OpenAI-compatible server needs no key
         if req.max_tokens:
             kwargs["max_tokens"] = req.max_tokens
         if req.schema is not None:

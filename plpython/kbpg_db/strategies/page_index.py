@@ -240,12 +240,12 @@ def split_oversized(
 # --- summaries ------------------------------------------------------------------------------
 SUMMARY_SCHEMA = {
     "type": "object",
-    "properties": {"summary": {"type": "string"}},
+    "properties": {"summary": {"type": "string", "maxLength": 600}},
     "required": ["summary"],
 }
 DESCRIPTION_SCHEMA = {
     "type": "object",
-    "properties": {"description": {"type": "string"}},
+    "properties": {"description": {"type": "string", "maxLength": 600}},
     "required": ["description"],
 }
 
@@ -299,6 +299,7 @@ def summarise(
                     ],
                     SUMMARY_SCHEMA,
                     _text_field("summary"),
+                    max_tokens=300,
                 ),
             )
         )
@@ -336,6 +337,7 @@ def describe(
             ],
             DESCRIPTION_SCHEMA,
             _text_field("description"),
+            max_tokens=300,
         )
     )
     return value, "llm"
