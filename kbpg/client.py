@@ -13,25 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kbpg_db import sqlgen
+
 from kbpg.errors import ConfigError, from_db
 from kbpg.loaders import LoadedDocument, load_file
 
-SEARCH_OPTIONS = (
-    "top_k",
-    "method",
-    "filter",
-    "vector_weight",
-    "rrf_k",
-    "fusion_depth",
-    "similarity_threshold",
-    "rerank",
-    "candidate_count",
-    "rerank_threshold",
-    "k1",
-    "b",
-    "ef_search",
-    "options",
-)
+# kb.search's named parameters, generated from the retrieval model (kbpg_db.sqlgen).
+SEARCH_OPTIONS = sqlgen.search_options()
 CONTEXT_OPTIONS = (
     "token_budget",
     "max_chunks_per_document",
@@ -67,9 +55,10 @@ class SearchResult:
 
     @property
     def source(self) -> str:
-        where = " > ".join(self.heading_path)
-        text = self.title + (f" › {where}" if where else "")
-        return text + (f" (p.{self.page})" if self.page else "")
+        """The citation label, as kb.build_context writes it."""
+        from kbpg_db.context import source_label
+
+        return source_label(self.title, self.heading_path, self.page)
 
 
 @dataclass

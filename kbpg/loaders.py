@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbpg_db.config import MAX_DOCUMENT_BYTES
+
 from kbpg.errors import DocumentError
 
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 PDF_SUFFIXES = (".pdf",)
 SUPPORTED = TEXT_SUFFIXES + PDF_SUFFIXES
-DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+DEFAULT_MAX_BYTES = MAX_DOCUMENT_BYTES  # the server's default limit too
 PAGE_SEPARATOR = "\n\n"
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbpg_db import __version__
+from kbpg_db import __version__, sqlgen
 
 from kbpg.cluster import REPO_ROOT
 from kbpg.errors import KbpgError
@@ -136,7 +136,7 @@ def _migrate_once(
                 SEARCH_PATH.replace("kb, ", f"kb, {row[0]}, ") if row[0] != "kb" else SEARCH_PATH
             )
             for script in scripts(sql_dir()):
-                conn.execute(script.body.replace(SEARCH_PATH, pinned))
+                conn.execute(sqlgen.expand(script.body).replace(SEARCH_PATH, pinned))
                 applied.append(script.name)
             # The version handshake: PL/Python refuses to run a package of another version.
             if conn.execute("SELECT to_regclass('kb.version')").fetchone()[0]:

@@ -1,4 +1,4 @@
--- Knowledge-base lifecycle: create, drop, look up; the per-index HNSW index.
+-- Knowledge-base lifecycle: create, drop, look up, settings; project defaults.
 
 CREATE OR REPLACE FUNCTION kb._get_kb(kb_name text) RETURNS kb.knowledge_base
 LANGUAGE plpgsql STABLE
@@ -33,33 +33,6 @@ COMMENT ON FUNCTION kb._vector_type(integer) IS
   'The pgvector type an index of this dimension uses: HNSW takes vector up to 2000 dimensions, '
   'halfvec up to 4000.';
 
-CREATE OR REPLACE FUNCTION kb._create_index(p_kb_id integer, p_config jsonb) RETURNS kb.kb_index
-LANGUAGE plpgsql VOLATILE
-SET search_path = kb, pg_catalog, pg_temp
-AS $$
-DECLARE
-  v_ix  kb.kb_index;
-  v_dim integer;
-  v_typ text;
-BEGIN
-  v_dim := kb._config_dimensions(p_config);
-  IF v_dim > 4000 THEN
-    RAISE EXCEPTION 'embedding dimension % is over 4000, the most an HNSW index takes (halfvec)', v_dim
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim)
-  VALUES (p_kb_id, p_config, p_config->>'embedding_model', v_dim)
-  RETURNING * INTO v_ix;
-  v_typ := kb._vector_type(v_dim);
-  EXECUTE format(
-    'CREATE INDEX %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) WHERE index_id = %s',
-    'embedding_hnsw_' || v_ix.id, v_typ, v_dim, v_typ || '_cosine_ops', v_ix.id);
-  RETURN v_ix;
-END
-$$;
-COMMENT ON FUNCTION kb._create_index(integer, jsonb) IS
-  'Internal: a new index generation for a KB with its own partial HNSW index.';
-
 CREATE OR REPLACE FUNCTION kb._config_dimensions(p_config jsonb) RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
@@ -67,41 +40,6 @@ AS $$ SELECT (p_config->>'embedding_dimensions')::integer $$;
 COMMENT ON FUNCTION kb._config_dimensions(jsonb) IS
   'Internal: vector size of a validated indexing_config (validation records it; the model '
   'catalogue lives in kbpg_db.config.KNOWN_MODELS only).';
-
-CREATE OR REPLACE FUNCTION kb._clear_index(p_index_id bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = kb, pg_catalog, pg_temp
-AS $$
-BEGIN
-  EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
-  -- Strategy tables first (they reference chunks).
-  DELETE FROM kb.page_index_node WHERE index_id = p_index_id;
-  DELETE FROM kb.page_index_toc WHERE index_id = p_index_id;
-  DELETE FROM kb.posting WHERE index_id = p_index_id;
-  DELETE FROM kb.term_stat WHERE index_id = p_index_id;
-  DELETE FROM kb.embedding WHERE index_id = p_index_id;
-  -- Postings and statistics are gone already: skip the per-chunk trigger work.
-  PERFORM set_config('kb.bulk_drop', p_index_id::text, true);
-  DELETE FROM kb.chunk WHERE index_id = p_index_id;
-  PERFORM set_config('kb.bulk_drop', '', true);
-  UPDATE kb.kb_index SET n_chunks = 0, total_len = 0 WHERE id = p_index_id;
-END
-$$;
-COMMENT ON FUNCTION kb._clear_index(bigint) IS
-  'Internal: removes one index generation''s HNSW index, chunks, vectors and BM25 data, '
-  'keeping its kb_index row (a failed reindex keeps its error).';
-
-CREATE OR REPLACE FUNCTION kb._drop_index(p_index_id bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = kb, pg_catalog, pg_temp
-AS $$
-BEGIN
-  PERFORM kb._clear_index(p_index_id);
-  DELETE FROM kb.kb_index WHERE id = p_index_id;
-END
-$$;
-COMMENT ON FUNCTION kb._drop_index(bigint) IS
-  'Internal: removes one index generation with everything in it.';
 
 CREATE OR REPLACE FUNCTION kb._check_text_search_config(p_name text) RETURNS regconfig
 LANGUAGE plpgsql STABLE

@@ -107,7 +107,13 @@ BEGIN
       USING ERRCODE = 'program_limit_exceeded';
   END IF;
   v_ix := kb._active_index(v_kb);
-  v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);
+  IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text' THEN
+    -- The stored config was validated when written, and full_text embeds nothing: this
+    -- path runs no PL/Python at all.
+    v_prep := ROW(v_kb.retrieval_config, NULL, NULL)::kb.prepared_query;
+  ELSE
+    v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);
+  END IF;
   v_cfg := v_prep.config;
   v_method := v_cfg->>'method';
   v_top := (v_cfg->>'top_k')::integer;
@@ -197,14 +203,7 @@ $$;
 COMMENT ON FUNCTION kb._search_core(text, text, jsonb) IS
   'Internal: every stage of a search (vector, BM25, fusion, rerank) for kb.search and kb.explain_search.';
 
-CREATE OR REPLACE FUNCTION kb._overrides(
-    top_k integer DEFAULT NULL, method text DEFAULT NULL, filter jsonb DEFAULT NULL,
-    vector_weight double precision DEFAULT NULL, rrf_k double precision DEFAULT NULL,
-    fusion_depth integer DEFAULT NULL, similarity_threshold double precision DEFAULT NULL,
-    rerank boolean DEFAULT NULL, candidate_count integer DEFAULT NULL,
-    rerank_threshold double precision DEFAULT NULL, k1 double precision DEFAULT NULL,
-    b double precision DEFAULT NULL, ef_search integer DEFAULT NULL, options jsonb DEFAULT NULL)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION kb._overrides(named jsonb, options jsonb) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -213,35 +212,49 @@ BEGIN
     RAISE EXCEPTION 'options must be a JSON object of retrieval_config fields'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF filter IS NOT NULL AND jsonb_typeof(filter) <> 'object' THEN
-    RAISE EXCEPTION 'filter must be a JSON object (metadata it must contain), not a %', jsonb_typeof(filter)
+  IF named->'filter' IS NOT NULL AND jsonb_typeof(named->'filter') NOT IN ('object', 'null') THEN
+    RAISE EXCEPTION 'filter must be a JSON object (metadata it must contain), not a %', jsonb_typeof(named->'filter')
       USING ERRCODE = 'invalid_parameter_value', HINT = 'e.g. {"category": "billing"}';
   END IF;
-  RETURN coalesce(options, '{}') || jsonb_strip_nulls(jsonb_build_object(
-    'top_k', top_k, 'method', method, 'filter', filter, 'vector_weight', vector_weight,
-    'rrf_k', rrf_k, 'fusion_depth', fusion_depth, 'similarity_threshold', similarity_threshold,
-    'rerank', rerank, 'candidate_count', candidate_count, 'rerank_threshold', rerank_threshold,
-    'bm25_k1', k1, 'bm25_b', b, 'ef_search', ef_search));
+  RETURN coalesce(options, '{}') || jsonb_strip_nulls(named);
 END
 $$;
+COMMENT ON FUNCTION kb._overrides(jsonb, jsonb) IS
+  'Internal: a call''s named retrieval options (NULL = not given) over its options object.';
 
+CREATE OR REPLACE FUNCTION kb._search_rows(p_kb text, p_query text, p_overrides jsonb)
+RETURNS TABLE (final_rank integer, chunk_id bigint, score double precision,
+               vector_rank integer, vector_score double precision,
+               bm25_rank integer, bm25_score double precision,
+               fused_rank integer, fused_score double precision,
+               rerank_rank integer, rerank_score double precision, method text, note text,
+               document_id bigint, title text, content text, heading_path text[], page integer,
+               metadata jsonb, source_uri text, char_start integer, char_end integer)
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT s.final_rank, s.chunk_id, s.score, s.vector_rank, s.vector_score, s.bm25_rank,
+         s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score, s.method,
+         s.note, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
+         c.char_start, c.char_end
+  FROM kb._search_core(p_kb, p_query, p_overrides) s
+  -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
+  -- skip the search itself, and with it the validation of the options.
+  LEFT JOIN kb.chunk c ON c.id = s.chunk_id
+  LEFT JOIN kb.document d ON d.id = c.document_id
+  ORDER BY s.final_rank
+$$;
+COMMENT ON FUNCTION kb._search_rows(text, text, jsonb) IS
+  'Internal: kb._search_core''s ranked stages with each chunk''s text and document, the one '
+  'search path kb.search and kb.explain_search read.';
+
+-- The named parameters of kb.search and kb.explain_search are generated from
+-- kbpg_db.config.RetrievalConfig by kbpg migrate (the /*@...*/ markers; kbpg_db/sqlgen.py):
+-- every retrieval_config field is a parameter, in the model's order.
 CREATE OR REPLACE FUNCTION kb.search(
     kb text,
     query text,
-    top_k integer DEFAULT NULL,
-    method text DEFAULT NULL,
-    filter jsonb DEFAULT NULL,
-    vector_weight double precision DEFAULT NULL,
-    rrf_k double precision DEFAULT NULL,
-    fusion_depth integer DEFAULT NULL,
-    similarity_threshold double precision DEFAULT NULL,
-    rerank boolean DEFAULT NULL,
-    candidate_count integer DEFAULT NULL,
-    rerank_threshold double precision DEFAULT NULL,
-    k1 double precision DEFAULT NULL,
-    b double precision DEFAULT NULL,
-    ef_search integer DEFAULT NULL,
-    options jsonb DEFAULT NULL
+    /*@retrieval_params*/options jsonb DEFAULT NULL
 ) RETURNS TABLE (rank integer, chunk_id bigint, document_id bigint, title text, content text,
                  score double precision, heading_path text[], page integer, metadata jsonb,
                  source_uri text, char_start integer, char_end integer,
@@ -250,19 +263,13 @@ CREATE OR REPLACE FUNCTION kb.search(
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT s.final_rank, s.chunk_id, d.id, d.title, c.content, s.score, c.heading_path, c.page,
-         d.metadata, d.source_uri, c.char_start, c.char_end, s.vector_score, s.bm25_score,
-         s.rerank_score, s.note
-  FROM kb._search_core(kb, query, kb._overrides(top_k, method, filter, vector_weight, rrf_k,
-         fusion_depth, similarity_threshold, rerank, candidate_count, rerank_threshold, k1, b,
-         ef_search, options)) s
-  -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
-  -- skip the search itself, and with it the validation of the options.
-  LEFT JOIN kb.chunk c ON c.id = s.chunk_id
-  LEFT JOIN kb.document d ON d.id = c.document_id
-  ORDER BY s.final_rank
+  SELECT r.final_rank, r.chunk_id, r.document_id, r.title, r.content, r.score, r.heading_path,
+         r.page, r.metadata, r.source_uri, r.char_start, r.char_end, r.vector_score,
+         r.bm25_score, r.rerank_score, r.note
+  FROM kb._search_rows(kb, query,
+         kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
-COMMENT ON FUNCTION kb.search(text, text, integer, text, jsonb, double precision, double precision, integer, double precision, boolean, integer, double precision, double precision, double precision, integer, jsonb) IS
+COMMENT ON FUNCTION kb.search IS
   'Searches a knowledge base. method: hybrid (default; weighted RRF of vector and BM25, score '
   'normalised so the best is 1), vector (score = cosine similarity) or full_text (score = BM25). '
   'Every retrieval_config field can be overridden by a named parameter or in options; filter '
@@ -271,20 +278,7 @@ COMMENT ON FUNCTION kb.search(text, text, integer, text, jsonb, double precision
 CREATE OR REPLACE FUNCTION kb.explain_search(
     kb text,
     query text,
-    top_k integer DEFAULT NULL,
-    method text DEFAULT NULL,
-    filter jsonb DEFAULT NULL,
-    vector_weight double precision DEFAULT NULL,
-    rrf_k double precision DEFAULT NULL,
-    fusion_depth integer DEFAULT NULL,
-    similarity_threshold double precision DEFAULT NULL,
-    rerank boolean DEFAULT NULL,
-    candidate_count integer DEFAULT NULL,
-    rerank_threshold double precision DEFAULT NULL,
-    k1 double precision DEFAULT NULL,
-    b double precision DEFAULT NULL,
-    ef_search integer DEFAULT NULL,
-    options jsonb DEFAULT NULL
+    /*@retrieval_params*/options jsonb DEFAULT NULL
 ) RETURNS TABLE (final_rank integer, chunk_id bigint, title text, score double precision,
                  vector_rank integer, vector_score double precision,
                  bm25_rank integer, bm25_score double precision,
@@ -293,18 +287,12 @@ CREATE OR REPLACE FUNCTION kb.explain_search(
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT s.final_rank, s.chunk_id, d.title, s.score, s.vector_rank, s.vector_score,
-         s.bm25_rank, s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score,
-         s.method, s.note
-  FROM kb._search_core(kb, query, kb._overrides(top_k, method, filter, vector_weight, rrf_k,
-         fusion_depth, similarity_threshold, rerank, candidate_count, rerank_threshold, k1, b,
-         ef_search, options)) s
-  -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
-  -- skip the search itself, and with it the validation of the options.
-  LEFT JOIN kb.chunk c ON c.id = s.chunk_id
-  LEFT JOIN kb.document d ON d.id = c.document_id
-  ORDER BY s.final_rank
+  SELECT r.final_rank, r.chunk_id, r.title, r.score, r.vector_rank, r.vector_score,
+         r.bm25_rank, r.bm25_score, r.fused_rank, r.fused_score, r.rerank_rank, r.rerank_score,
+         r.method, r.note
+  FROM kb._search_rows(kb, query,
+         kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
-COMMENT ON FUNCTION kb.explain_search(text, text, integer, text, jsonb, double precision, double precision, integer, double precision, boolean, integer, double precision, double precision, double precision, integer, jsonb) IS
+COMMENT ON FUNCTION kb.explain_search IS
   'Like kb.search, with each result''s rank and score in every stage: vector, BM25, fusion '
   '(normalised), rerank. NULL where a stage did not see the chunk.';

@@ -42,8 +42,9 @@ BEGIN
   ), hits AS (
     SELECT s.final_rank, s.score, c.*, d.title, d.id AS did,
            CASE WHEN s.rerank_score IS NOT NULL THEN s.rerank_score ELSE s.vector_score END AS comparable
-    FROM kb._search_core(kb, query, kb._overrides(top_k => top_k, method => method,
-           filter => filter, rerank => rerank, options => options)) s
+    FROM kb._search_core(kb, query, kb._overrides(
+           jsonb_build_object('top_k', top_k, 'method', method, 'filter', filter,
+                              'rerank', rerank), options)) s
     JOIN kb.chunk c ON c.id = s.chunk_id
     JOIN kb.document d ON d.id = c.document_id AND d.usage_mode = 'rag'
   ), rag AS (

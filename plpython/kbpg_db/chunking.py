@@ -83,37 +83,23 @@ def markdown_sections(text: str) -> list[Section]:
     path: list[tuple[int, str]] = []
     current_start = 0
     current_path: list[str] = []
-    fence: str | None = None
-    heading_only, heading_level = False, 0
-    pos = 0
-    for line in text.splitlines(keepends=True):
-        fence_match = _FENCE.match(line)
-        if fence_match or fence is not None:
-            heading_only = False
-        if fence_match:
-            marker = fence_match.group(1)
-            if fence is None:
-                fence = marker[0] * 3
-            elif marker.startswith(fence):
-                fence = None
-        elif fence is None:
-            heading = _HEADING.match(line.rstrip("\r\n"))
-            if heading:
-                level = len(heading.group(1))
-                # A heading with nothing under it but a deeper heading joins that section
-                # (its line stays in the text) instead of becoming a heading-only chunk.
-                bare = heading_only and level > heading_level
-                if pos > current_start and not bare:
-                    sections.append(Section(current_start, pos, current_path))
-                path = [(lvl, title) for lvl, title in path if lvl < level]
-                path.append((level, heading.group(2).strip()))
-                current_path = [title for _, title in path]
-                if not bare:
-                    current_start = pos
-                heading_only, heading_level = True, level
-            elif line.strip():
-                heading_only = False
-        pos += len(line)
+    heads = markdown_headings(text)
+    for i, (pos, level, title) in enumerate(heads):
+        # A heading with nothing under it but a deeper heading joins that section (its
+        # line stays in the text) instead of becoming a heading-only chunk.
+        bare = False
+        if i > 0:
+            prev_pos, prev_level, _ = heads[i - 1]
+            line_end = text.find("\n", prev_pos)
+            between = text[line_end + 1 : pos] if 0 <= line_end < pos else ""
+            bare = level > prev_level and not between.strip()
+        if pos > current_start and not bare:
+            sections.append(Section(current_start, pos, current_path))
+        path = [(lvl, t) for lvl, t in path if lvl < level]
+        path.append((level, title))
+        current_path = [t for _, t in path]
+        if not bare:
+            current_start = pos
     if len(text) > current_start:
         sections.append(Section(current_start, len(text), current_path))
     return sections

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from kbpg_db import __version__
 
+MAX_DOCUMENT_BYTES = 50 * 1024 * 1024  # kb.max_document_bytes' default; loaders use it too
+USAGE_MODES = ("rag", "system", "policy")
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
 
 
@@ -201,24 +203,25 @@ class IndexingConfig(_Strict):
 class RetrievalConfig(_Strict):
     """Defaults for ``kb.search``; every field can be overridden per call."""
 
-    method: Literal["hybrid", "vector", "full_text", "tree_search"] = "hybrid"
+    # Field order = the order of kb.search's named parameters (generated from this model).
     top_k: int = Field(10, ge=1, le=1000)
+    method: Literal["hybrid", "vector", "full_text", "tree_search"] = "hybrid"
+    filter: dict[str, Any] | None = None
     vector_weight: float = Field(0.5, ge=0.0, le=1.0)
     rrf_k: float = Field(60.0, gt=0.0, le=10000.0)
     fusion_depth: int = Field(100, ge=1, le=10000, description="candidates from each channel")
     similarity_threshold: float | None = Field(None, ge=-1.0, le=1.0)
+    rerank: bool = False
+    candidate_count: int = Field(20, ge=1, le=1000, description="candidates the reranker sees")
+    rerank_threshold: float | None = None
     bm25_k1: float = Field(1.2, ge=0.0, le=10.0)
     bm25_b: float = Field(0.75, ge=0.0, le=1.0)
     # 100: recall@10 0.99 on real MiniLM vectors, 0.968 on the harder synthetic 100k set
     # of `make bench` (200 reaches 0.992 there, at ~9 ms more per hybrid query).
     ef_search: int = Field(100, ge=1, le=1000)
-    rerank: bool = False
     rerank_model: str | None = Field(None, max_length=2000)
     rerank_api_base: str | None = Field(None, max_length=2000)
     rerank_api_key_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    candidate_count: int = Field(20, ge=1, le=1000, description="candidates the reranker sees")
-    rerank_threshold: float | None = None
-    filter: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> RetrievalConfig:

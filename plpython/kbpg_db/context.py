@@ -35,14 +35,26 @@ class Context:
         }
 
 
+def source_label(
+    title: str | None, heading_path: list[str] | None, page: int | None, page_end: int | None = None
+) -> str:
+    """How kbpg cites a source everywhere: ``title › Section > Sub (p.N)`` or ``(p.N–M)``."""
+    parts = [title or "untitled"]
+    if heading_path:
+        parts.append(" > ".join(heading_path))
+    text = SECTION_MARK.join(parts)
+    if page and page_end and page_end != page:
+        text += f" (p.{page}–{page_end})"
+    elif page:
+        text += f" (p.{page})"
+    return text
+
+
 def header(label: str, n: int, row: dict[str, Any]) -> str:
-    parts = [row.get("title") or "untitled"]
-    if row.get("heading_path"):
-        parts.append(" > ".join(row["heading_path"]))
-    text = f"[{label} {n}: {SECTION_MARK.join(parts)}"
-    if row.get("page"):
-        text += f" (p.{row['page']})"
-    return text + "]"
+    label_text = source_label(
+        row.get("title"), row.get("heading_path"), row.get("page"), row.get("page_end")
+    )
+    return f"[{label} {n}: {label_text}]"
 
 
 def assemble(rows: list[dict[str, Any]], budget: int, max_per_doc: int) -> Context:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pglast
 import psycopg
 import pytest
+from kbpg_db import sqlgen
 from pytest_postgresql.janitor import DatabaseJanitor
 
 from kbpg.cluster import Cluster
@@ -21,6 +22,22 @@ ALL_SQL = sorted([*sql_dir().glob("*.sql"), *migrations_dir().glob("*.sql")])
 def test_sql_files_parse(path: Path) -> None:
     statements = pglast.parse_sql(path.read_text())
     assert statements, f"{path.name} holds no statement"
+    # ... and as kbpg migrate installs them, with the generated parts filled in.
+    assert len(pglast.parse_sql(sqlgen.expand(path.read_text()))) == len(statements)
+
+
+def test_search_parameters_come_from_the_retrieval_model(conn: psycopg.Connection) -> None:
+    from kbpg_db.config import RetrievalConfig
+
+    for function in ("search", "explain_search"):
+        args = conn.execute(
+            "SELECT proargnames[3:pronargs] FROM pg_proc "
+            "WHERE proname = %s AND pronamespace = 'kb'::regnamespace",
+            (function,),
+        ).fetchone()[0]
+        assert args == list(sqlgen.search_options())
+        fields = [sqlgen.SQL_NAMES.get(f, f) for f in RetrievalConfig.model_fields]
+        assert args[:-1] == fields and args[-1] == "options"
 
 
 def test_sql_files_are_idempotent_definitions() -> None:

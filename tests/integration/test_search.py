@@ -296,3 +296,22 @@ def test_halfvec_for_large_models(client: Client, conn: psycopg.Connection) -> N
         ).fetchone()[0]
         assert "halfvec(3072)" in indexdef
         assert client.search("big", "cats", method="vector", top_k=1)[0].title == "a"
+
+
+def test_full_text_with_the_kbs_own_config_runs_no_plpython(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    build(client, conn, provider)
+    client.conn.execute("SELECT kb.set_retrieval_config('kb1', '{\"method\": \"full_text\"}')")
+    with psycopg.connect(conn.info.dsn) as fresh:  # a new backend: nothing loaded yet
+        fresh.execute("SET LOCAL track_functions = 'pl'")
+        rows = fresh.execute("SELECT title FROM kb.search('kb1', 'seeds brewed')").fetchall()
+        assert rows
+        called = {
+            r[0]
+            for r in fresh.execute(
+                "SELECT funcname FROM pg_stat_xact_user_functions WHERE schemaname = 'kb'"
+            ).fetchall()
+        }
+    assert "_search_core" in called
+    assert not called & {"_prepare_query", "python_init", "validate_config"}

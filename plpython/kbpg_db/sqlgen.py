@@ -1,0 +1,80 @@
+"""SQL generated from the Python models when kbpg migrate installs ``sql/``.
+
+A ``/*@name*/`` marker in a SQL file (or ``/*@name*/stand-in/*@*/``, where the raw file
+needs a value to parse) is replaced by ``macros()[name]``, so each fact has one
+source: kb.search's and kb.explain_search's named parameters come from
+``RetrievalConfig`` (adding a retrieval option is one edit to that model), and limits and
+vocabularies from ``config``. The files stay valid SQL as written (a marker is a comment).
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from functools import lru_cache
+from typing import Any
+
+from kbpg_db import config
+
+# kb.search's parameter names where they differ from the config field (kept for callers).
+SQL_NAMES = {"bm25_k1": "k1", "bm25_b": "b"}
+# /*@name*/ alone, or /*@name*/stand-in/*@*/ where the raw file needs a value there.
+_MARKER = re.compile(r"/\*@(\w+)\*/(?:[^\n]*?/\*@\*/)?")
+
+
+def _sql_type(annotation: Any) -> str:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return _sql_type(args[0])
+    if origin is typing.Literal or annotation is str:
+        return "text"
+    if annotation is bool:
+        return "boolean"
+    if annotation is int:
+        return "integer"
+    if annotation is float:
+        return "double precision"
+    if origin is dict or annotation is dict:
+        return "jsonb"
+    raise TypeError(f"no SQL type for {annotation!r}")
+
+
+def retrieval_parameters() -> list[tuple[str, str, str]]:
+    """(SQL parameter name, config field, SQL type) for every retrieval_config field."""
+    return [
+        (SQL_NAMES.get(name, name), name, _sql_type(field.annotation))
+        for name, field in config.RetrievalConfig.model_fields.items()
+    ]
+
+
+def search_options() -> tuple[str, ...]:
+    """The named parameters of kb.search / kb.explain_search (the Python client's too)."""
+    return (*(p for p, _, _ in retrieval_parameters()), "options")
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+@lru_cache(maxsize=1)
+def macros() -> dict[str, str]:
+    params = retrieval_parameters()
+    return {
+        "retrieval_params": "".join(f"{p} {t} DEFAULT NULL,\n    " for p, _, t in params),
+        "retrieval_object": ", ".join(f"'{f}', {p}" for p, f, _ in params),
+        "max_document_bytes": str(config.MAX_DOCUMENT_BYTES),
+        "usage_modes": _quoted(config.USAGE_MODES),
+    }
+
+
+def expand(body: str) -> str:
+    table = macros()
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) not in table:
+            raise KeyError(f"unknown SQL marker /*@{m.group(1)}*/")
+        return table[m.group(1)]
+
+    return _MARKER.sub(one, body)

@@ -1,0 +1,207 @@
+-- Documents: add, replace, delete, reindex one; their status and what indexing cost.
+
+CREATE OR REPLACE FUNCTION kb.put_document(
+    kb text,
+    title text,
+    content text,
+    metadata jsonb DEFAULT '{}',
+    source_uri text DEFAULT NULL,
+    usage_mode text DEFAULT 'rag',
+    page_starts integer[] DEFAULT NULL
+) RETURNS TABLE (document_id bigint, action text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb    kb.knowledge_base;
+  v_hash  text;
+  v_old   kb.document;
+  v_limit bigint := coalesce(nullif(current_setting('kb.max_document_bytes', true), '')::bigint,
+                             /*@max_document_bytes*/52428800/*@*/);
+BEGIN
+  v_kb := kb._get_kb(kb);
+  IF title IS NULL OR btrim(title) = '' THEN
+    RAISE EXCEPTION 'document title must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF length(title) > 1000 THEN
+    RAISE EXCEPTION 'document title is % characters; the limit is 1000', length(title)
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
+    RAISE EXCEPTION 'document "%" has no text', title USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF octet_length(content) > v_limit THEN
+    RAISE EXCEPTION 'document "%" is % bytes; the limit is % bytes', title, octet_length(content), v_limit
+      USING ERRCODE = 'program_limit_exceeded', HINT = 'split the document or raise kb.max_document_bytes';
+  END IF;
+  IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
+    RAISE EXCEPTION 'metadata of document "%" must be a JSON object', title
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF usage_mode IS NULL OR usage_mode NOT IN (/*@usage_modes*/'rag', 'system', 'policy'/*@*/) THEN
+    RAISE EXCEPTION 'usage_mode must be rag, system or policy, not %', coalesce(quote_literal(usage_mode), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF page_starts IS NOT NULL AND (page_starts[1] IS DISTINCT FROM 0 OR EXISTS (
+       SELECT 1 FROM unnest(page_starts) WITH ORDINALITY a(v, i)
+        WHERE v IS NULL OR v > length(content) OR v < coalesce(page_starts[i - 1], 0))) THEN
+    RAISE EXCEPTION 'page_starts of document "%" must start at 0 and ascend within the text', title
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  v_hash := md5(content);
+  SELECT * INTO v_old FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = put_document.title
+    FOR UPDATE;
+  IF FOUND THEN
+    IF v_old.content_hash = v_hash AND v_old.status <> 'error'
+       AND v_old.metadata = put_document.metadata AND v_old.usage_mode = put_document.usage_mode
+       AND v_old.page_starts IS NOT DISTINCT FROM put_document.page_starts THEN
+      RETURN QUERY SELECT v_old.id, 'unchanged'::text;
+      RETURN;
+    END IF;
+    -- The old chunks keep serving until the new version is indexed.
+    UPDATE kb.document d
+       SET content = put_document.content, content_hash = v_hash, metadata = put_document.metadata,
+           source_uri = coalesce(put_document.source_uri, d.source_uri),
+           usage_mode = put_document.usage_mode, page_starts = put_document.page_starts,
+           status = 'pending', error = NULL, attempts = 0, updated_at = now()
+     WHERE d.id = v_old.id;
+    PERFORM kb._enqueue_document(v_kb, v_old.id);
+    RETURN QUERY SELECT v_old.id, 'replaced'::text;
+    RETURN;
+  END IF;
+  INSERT INTO kb.document AS d (kb_id, title, source_uri, content, content_hash, metadata,
+                                usage_mode, page_starts)
+  VALUES (v_kb.id, title, source_uri, content, v_hash, metadata, usage_mode, page_starts)
+  RETURNING d.id INTO document_id;
+  PERFORM kb._enqueue_document(v_kb, document_id);
+  action := 'added';
+  RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION kb.put_document(text, text, text, jsonb, text, text, integer[]) IS
+  'Adds a document, or replaces the one with the same title, and queues its indexing in the '
+  'same transaction. action is added, replaced or unchanged (same text: nothing to do).';
+
+CREATE OR REPLACE FUNCTION kb.add_document(
+    kb text,
+    title text,
+    content text,
+    metadata jsonb DEFAULT '{}',
+    source_uri text DEFAULT NULL,
+    usage_mode text DEFAULT 'rag',
+    page_starts integer[] DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT p.document_id
+  FROM kb.put_document(kb, title, content, metadata, source_uri, usage_mode, page_starts) p
+$$;
+COMMENT ON FUNCTION kb.add_document(text, text, text, jsonb, text, text, integer[]) IS
+  'Adds (or replaces, by title) a document and queues its indexing; returns the document id.';
+
+CREATE OR REPLACE FUNCTION kb.delete_document(kb text, title text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_id bigint;
+BEGIN
+  SELECT d.id INTO v_id FROM kb.document d
+   WHERE d.kb_id = (kb._get_kb(kb)).id AND d.title = delete_document.title;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
+      USING ERRCODE = 'no_data_found';
+  END IF;
+  RETURN kb.delete_document(kb, v_id);
+END
+$$;
+COMMENT ON FUNCTION kb.delete_document(text, text) IS
+  'Deletes a document by title with its chunks and vectors; BM25 statistics follow.';
+
+CREATE OR REPLACE FUNCTION kb.delete_document(kb text, document_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  DELETE FROM kb.document d WHERE d.kb_id = v_kb.id AND d.id = delete_document.document_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'document % does not exist in knowledge base "%"', document_id, kb
+      USING ERRCODE = 'no_data_found';
+  END IF;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION kb.delete_document(text, bigint) IS
+  'Deletes a document by id with its chunks and vectors; BM25 statistics follow.';
+
+CREATE OR REPLACE FUNCTION kb.reindex_document(kb text, title text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base;
+  v_id bigint;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  SELECT d.id INTO v_id FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = reindex_document.title
+    FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
+      USING ERRCODE = 'no_data_found';
+  END IF;
+  UPDATE kb.document SET status = 'pending', error = NULL, attempts = 0, updated_at = now()
+   WHERE id = v_id;
+  PERFORM kb._enqueue_document(v_kb, v_id);
+  RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION kb.reindex_document(text, text) IS
+  'Queues a document for indexing again; its current chunks serve until the new ones are ready.';
+
+CREATE OR REPLACE VIEW kb.document_status AS
+  SELECT k.name AS kb, d.id AS document_id, d.title, d.status, d.usage_mode, d.chunk_count,
+         d.attempts, d.error, d.tokens_embedded, d.embedding_cost_usd, d.source_uri,
+         d.created_at, d.updated_at, d.indexed_at,
+         (SELECT j.progress FROM kb.job j
+           WHERE j.document_id = d.id AND j.status IN ('queued', 'running')
+           ORDER BY j.id DESC LIMIT 1) AS progress,
+         d.llm_calls, d.llm_cache_hits, d.llm_prompt_tokens, d.llm_completion_tokens,
+         d.llm_cost_usd
+  FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id;
+COMMENT ON VIEW kb.document_status IS
+  'Every document with its indexing status, per KB: progress of a running job ("summarising '
+  'nodes 12/40"), tokens embedded, and the LLM calls its index cost (calls paid; cache hits '
+  'were free).';
+
+CREATE OR REPLACE VIEW kb.knowledge_base_usage AS
+  SELECT k.name AS kb, count(d.id) AS documents, coalesce(sum(d.chunk_count), 0) AS chunks,
+         coalesce(sum(d.tokens_embedded), 0) AS tokens_embedded,
+         sum(d.embedding_cost_usd) AS embedding_cost_usd,
+         coalesce(sum(d.llm_calls), 0) AS llm_calls,
+         coalesce(sum(d.llm_cache_hits), 0) AS llm_cache_hits,
+         coalesce(sum(d.llm_prompt_tokens), 0) AS llm_prompt_tokens,
+         coalesce(sum(d.llm_completion_tokens), 0) AS llm_completion_tokens,
+         sum(d.llm_cost_usd) AS llm_cost_usd
+  FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
+  GROUP BY k.name;
+COMMENT ON VIEW kb.knowledge_base_usage IS
+  'Tokens embedded, LLM calls and tokens, and provider cost per KB.';
+
+-- Chunks carry their document's metadata (filters read it there, next to the vectors);
+-- a direct UPDATE of kb.document.metadata by a DBA reaches them too.
+CREATE OR REPLACE FUNCTION kb._document_metadata_sync() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  UPDATE kb.chunk SET metadata = NEW.metadata WHERE document_id = NEW.id;
+  RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER document_metadata_sync AFTER UPDATE OF metadata ON kb.document
+  FOR EACH ROW WHEN (OLD.metadata IS DISTINCT FROM NEW.metadata)
+  EXECUTE FUNCTION kb._document_metadata_sync();

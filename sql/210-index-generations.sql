@@ -1,0 +1,163 @@
+-- Index generations (kb.kb_index): one build of a KB's chunks, vectors, BM25 statistics
+-- and strategy tables, with its own partial HNSW index.
+--
+-- The state machine:
+--
+--   building --(every document's job done)--> active --(a newer generation activates)--> dropped
+--      |                                                  (in the same transaction)
+--      +--(a document fails for good)--> failed   (its data is removed; the row keeps the error)
+--
+-- A new KB's first generation is created active. A reindex creates a building generation
+-- beside the active one; jobs index every document into it while searches keep using the
+-- active one; kb._maybe_activate switches the KB to it in one transaction and drops the old
+-- generation. A failed reindex leaves the active generation serving.
+
+CREATE OR REPLACE FUNCTION kb._create_index(p_kb_id integer, p_config jsonb) RETURNS kb.kb_index
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix  kb.kb_index;
+  v_dim integer;
+  v_typ text;
+BEGIN
+  v_dim := kb._config_dimensions(p_config);
+  IF v_dim > 4000 THEN
+    RAISE EXCEPTION 'embedding dimension % is over 4000, the most an HNSW index takes (halfvec)', v_dim
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim)
+  VALUES (p_kb_id, p_config, p_config->>'embedding_model', v_dim)
+  RETURNING * INTO v_ix;
+  v_typ := kb._vector_type(v_dim);
+  EXECUTE format(
+    'CREATE INDEX %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) WHERE index_id = %s',
+    'embedding_hnsw_' || v_ix.id, v_typ, v_dim, v_typ || '_cosine_ops', v_ix.id);
+  RETURN v_ix;
+END
+$$;
+COMMENT ON FUNCTION kb._create_index(integer, jsonb) IS
+  'Internal: a new index generation for a KB with its own partial HNSW index.';
+
+CREATE OR REPLACE FUNCTION kb._clear_index(p_index_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
+  -- Strategy tables first (they reference chunks).
+  DELETE FROM kb.page_index_node WHERE index_id = p_index_id;
+  DELETE FROM kb.page_index_toc WHERE index_id = p_index_id;
+  DELETE FROM kb.posting WHERE index_id = p_index_id;
+  DELETE FROM kb.term_stat WHERE index_id = p_index_id;
+  DELETE FROM kb.embedding WHERE index_id = p_index_id;
+  -- Postings and statistics are gone already: skip the per-chunk trigger work.
+  PERFORM set_config('kb.bulk_drop', p_index_id::text, true);
+  DELETE FROM kb.chunk WHERE index_id = p_index_id;
+  PERFORM set_config('kb.bulk_drop', '', true);
+  UPDATE kb.kb_index SET n_chunks = 0, total_len = 0 WHERE id = p_index_id;
+END
+$$;
+COMMENT ON FUNCTION kb._clear_index(bigint) IS
+  'Internal: removes one index generation''s HNSW index, chunks, vectors and BM25 data, '
+  'keeping its kb_index row (a failed reindex keeps its error).';
+
+CREATE OR REPLACE FUNCTION kb._drop_index(p_index_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM kb._clear_index(p_index_id);
+  DELETE FROM kb.kb_index WHERE id = p_index_id;
+END
+$$;
+COMMENT ON FUNCTION kb._drop_index(bigint) IS
+  'Internal: removes one index generation with everything in it.';
+
+CREATE OR REPLACE FUNCTION kb.reindex_knowledge_base(kb text, indexing_config jsonb DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb  kb.knowledge_base;
+  v_cfg jsonb;
+  v_ix  kb.kb_index;
+  v_doc bigint;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  PERFORM 1 FROM kb.knowledge_base WHERE id = v_kb.id FOR UPDATE;
+  IF EXISTS (SELECT 1 FROM kb.kb_index WHERE kb_id = v_kb.id AND status = 'building') THEN
+    RAISE EXCEPTION 'knowledge base "%" is already being reindexed', kb
+      USING ERRCODE = 'object_in_use', HINT = 'wait for it; kbpg status shows the queue';
+  END IF;
+  v_cfg := CASE WHEN indexing_config IS NULL
+                THEN kb.validate_config('indexing_config', v_kb.indexing_config)
+                ELSE kb._complete_config('indexing_config', indexing_config) END;
+  -- The KB's retrieval_config must suit the new strategy (tree_search vs hybrid, ...).
+  IF v_cfg->>'strategy' IS DISTINCT FROM v_kb.indexing_config->>'strategy' THEN
+    PERFORM kb.validate_config('retrieval_config',
+                               v_kb.retrieval_config - 'method', v_cfg->>'strategy');
+  END IF;
+  PERFORM kb._check_text_search_config(v_cfg->>'text_search_config');
+  v_ix := kb._create_index(v_kb.id, v_cfg);
+  FOR v_doc IN SELECT id FROM kb.document WHERE kb_id = v_kb.id ORDER BY id LOOP
+    PERFORM kb._enqueue(v_kb.id, v_doc, v_ix.id);
+  END LOOP;
+  PERFORM kb._maybe_activate(v_ix.id);
+  RETURN v_ix.id;
+END
+$$;
+COMMENT ON FUNCTION kb.reindex_knowledge_base(text, jsonb) IS
+  'Rebuilds every document into a new index generation (same or new indexing_config, model '
+  'and dimension). Searches use the old generation until every document is done, then switch '
+  'in one transaction. Returns the new generation''s id.';
+
+CREATE OR REPLACE FUNCTION kb._maybe_activate(p_index_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix  kb.kb_index;
+  v_old bigint;
+BEGIN
+  SELECT * INTO v_ix FROM kb.kb_index WHERE id = p_index_id;
+  IF v_ix.status <> 'building' OR EXISTS (
+       SELECT 1 FROM kb.job WHERE index_id = p_index_id AND status IN ('queued', 'running')) THEN
+    RETURN false;
+  END IF;
+  SELECT active_index_id INTO v_old FROM kb.knowledge_base WHERE id = v_ix.kb_id FOR UPDATE;
+  UPDATE kb.kb_index SET status = 'active', activated_at = now() WHERE id = p_index_id;
+  PERFORM set_config('kb.internal_write', 'on', true);
+  UPDATE kb.knowledge_base k
+     SET active_index_id = p_index_id, indexing_config = v_ix.indexing_config,
+         embedding_model = v_ix.embedding_model, embedding_dim = v_ix.embedding_dim,
+         retrieval_config = CASE
+           WHEN k.indexing_config->>'strategy' IS DISTINCT FROM v_ix.indexing_config->>'strategy'
+           THEN kb.validate_config('retrieval_config', k.retrieval_config - 'method',
+                                   v_ix.indexing_config->>'strategy')
+           ELSE k.retrieval_config END
+   WHERE id = v_ix.kb_id;
+  PERFORM set_config('kb.internal_write', '', true);
+  UPDATE kb.document d
+     SET chunk_count = (SELECT count(*) FROM kb.chunk c WHERE c.document_id = d.id AND c.index_id = p_index_id),
+         status = 'ready', error = NULL
+   WHERE d.kb_id = v_ix.kb_id;
+  -- What building this generation cost, per document (its last finished job).
+  UPDATE kb.document d
+     SET llm_calls = j.llm_calls, llm_cache_hits = j.llm_cache_hits,
+         llm_prompt_tokens = j.llm_prompt_tokens, llm_completion_tokens = j.llm_completion_tokens,
+         llm_cost_usd = j.llm_cost_usd, indexed_at = j.finished_at
+    FROM (SELECT DISTINCT ON (document_id) * FROM kb.job
+           WHERE index_id = p_index_id AND status = 'done'
+           ORDER BY document_id, id DESC) j
+   WHERE d.id = j.document_id;
+  IF v_old IS NOT NULL THEN
+    PERFORM kb._drop_index(v_old);
+  END IF;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION kb._maybe_activate(bigint) IS
+  'Internal: switches a KB to a finished index generation and drops the previous one.';
+
