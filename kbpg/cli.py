@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kbpg_db.config import METHODS
+
 from kbpg.errors import KbpgError
 
 
@@ -399,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("search", help="search a knowledge base")
     q.add_argument("kb")
     q.add_argument("query")
-    q.add_argument("--method", choices=["hybrid", "vector", "full_text"])
+    q.add_argument("--method", choices=METHODS)
     q.add_argument("--top-k", dest="top_k", type=int)
     q.add_argument("--filter", help="JSON object the chunk metadata must contain")
     q.add_argument("--category")
@@ -425,7 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("dataset_dir")
     e.add_argument("--split", default="test")
     e.add_argument("--kb")
-    e.add_argument("--method", choices=["vector", "full_text", "hybrid"], default="hybrid")
+    e.add_argument(
+        "--method",
+        choices=METHODS,
+        default="hybrid",
+        help="tree_search needs a page_index KB (--indexing-config) and its LLM",
+    )
     e.add_argument("--rerank", action="store_true")
     e.add_argument("--top-k", dest="top_k", type=int, default=100)
     e.add_argument("--json", action="store_true")

@@ -192,6 +192,8 @@ def evaluate(
     options = dict(options or {})
     # Several chunks can belong to one document: fetch enough chunks for top_k documents.
     chunk_k = min(1000, top_k * 3)
+    if method == "tree_search":  # the LLM names at most top_k sections
+        chunk_k = top_k
     if method == "hybrid":
         options.setdefault("fusion_depth", max(chunk_k, 100))
     runs: dict[str, list[str]] = {}

@@ -135,6 +135,15 @@ def _migrate_once(
             pinned = (
                 SEARCH_PATH.replace("kb, ", f"kb, {row[0]}, ") if row[0] != "kb" else SEARCH_PATH
             )
+            # Functions whose parameters are generated: an older parameter list goes first,
+            # or the new one would stand beside it as an ambiguous overload.
+            for oid, args in conn.execute(
+                "SELECT p.oid::regprocedure::text, p.proargnames[3:p.pronargs] FROM pg_proc p "
+                "WHERE p.pronamespace = to_regnamespace('kb') "
+                "AND p.proname IN ('search', 'explain_search')"
+            ).fetchall():
+                if list(args or []) != list(sqlgen.search_options()):
+                    conn.execute(f"DROP FUNCTION {oid}")
             for script in scripts(sql_dir()):
                 conn.execute(sqlgen.expand(script.body).replace(SEARCH_PATH, pinned))
                 applied.append(script.name)

@@ -32,6 +32,12 @@ BEGIN
   IF to_regtype('kb.prepared_query') IS NULL THEN
     CREATE TYPE kb.prepared_query AS (config jsonb, embedding real[], note text);
   END IF;
+  IF to_regtype('kb.tree_hit') IS NULL THEN
+    CREATE TYPE kb.tree_hit AS (
+      chunk_id bigint, rank integer, node_id text, reasoning text, note text, phases jsonb,
+      usage jsonb
+    );
+  END IF;
   IF to_regtype('kb.assembled_context') IS NULL THEN
     CREATE TYPE kb.assembled_context AS (
       context text, sources jsonb, tokens_used integer, has_relevant boolean, fallback text
@@ -201,3 +207,17 @@ return sqlapi.assemble_context(plpy, rows, token_budget, max_per_document)
 $$;
 COMMENT ON FUNCTION kb._assemble_context(jsonb, integer, integer) IS
   'Internal: lays ranked rows out as cited context within a token budget.';
+
+CREATE OR REPLACE FUNCTION kb._tree_search(index_id bigint, query text, retrieval_config jsonb,
+                                           indexing_config jsonb)
+RETURNS SETOF kb.tree_hit
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.tree_search(plpy, index_id, query, retrieval_config, indexing_config)
+$$;
+COMMENT ON FUNCTION kb._tree_search(bigint, text, jsonb, jsonb) IS
+  'Internal: PageIndex Tree Search (LLM over the ToCs); the first row carries the note, what '
+  'each phase chose, and the LLM usage. Writes nothing.';

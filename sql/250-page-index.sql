@@ -42,3 +42,42 @@ COMMENT ON VIEW kb.page_index_nodes IS
   'The serving PageIndex nodes of every KB, in reading order per document, with their text, '
   'title path, summary and page range. char_start/char_end is the node''s own text; '
   'section_end where its whole section (children included) ends.';
+
+CREATE OR REPLACE FUNCTION kb.tree_search(kb text, query text, top_k integer DEFAULT NULL,
+                                          options jsonb DEFAULT NULL)
+RETURNS TABLE (rank integer, document_id bigint, document text, node_id text,
+               title_path text[], page_start integer, page_end integer, content text,
+               summary text, reasoning text, chunk_id bigint, note text, phases jsonb,
+               usage jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb   kb.knowledge_base;
+  v_ix   kb.kb_index;
+  v_prep kb.prepared_query;
+BEGIN
+  v_kb := kb._get_kb(kb);
+  IF query IS NULL OR btrim(query) = '' THEN
+    RAISE EXCEPTION 'query must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  v_ix := kb._active_index(v_kb);
+  v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config,
+              kb._overrides(jsonb_build_object('method', 'tree_search', 'top_k', top_k), options),
+              query);
+  RETURN QUERY
+  SELECT t.rank, n.document_id, d.title, n.node_id, c.heading_path, n.page_start, n.page_end,
+         c.content, n.summary, t.reasoning, t.chunk_id, t.note, t.phases, t.usage
+  FROM kb._tree_search(v_ix.id, query, v_prep.config, v_ix.indexing_config) t
+  LEFT JOIN kb.page_index_node n ON n.chunk_id = t.chunk_id
+  LEFT JOIN kb.chunk c ON c.id = t.chunk_id
+  LEFT JOIN kb.document d ON d.id = n.document_id
+  ORDER BY t.rank NULLS LAST;
+END
+$$;
+COMMENT ON FUNCTION kb.tree_search(text, text, integer, jsonb) IS
+  'PageIndex Tree Search with everything it knows: per result the document, node id, title '
+  'path, page range, text, summary and the model''s reasoning; the first row (or a lone row '
+  'with no node when nothing matched) carries the note, what each phase saw and chose, and '
+  'the LLM tokens and cost. kb.search(method => ''tree_search'') returns the same nodes in '
+  'its usual shape. Writes nothing (runs on a standby).';

@@ -97,6 +97,7 @@ DECLARE
   v_rows   kb.search_stage[];
   v_docs   text[];
   v_scores double precision[];
+  v_tree   kb.tree_hit[];
 BEGIN
   v_kb := kb._get_kb(p_kb);
   IF p_query IS NULL OR btrim(p_query) = '' THEN
@@ -129,44 +130,53 @@ BEGIN
     v_depth := greatest(v_depth, v_ncand);
   END IF;
 
-  v_rows := ARRAY(
-    WITH v AS (
-      SELECT x.chunk_id, x.similarity,
-             row_number() OVER (ORDER BY x.similarity DESC, x.chunk_id)::integer AS rn
-      FROM kb.vector_search(v_ix.id, v_prep.embedding, v_depth, v_filter,
-                            (v_cfg->>'ef_search')::integer) x
-      WHERE v_method IN ('vector', 'hybrid') AND v_prep.embedding IS NOT NULL
-    ), t AS (
-      SELECT x.chunk_id, x.score,
-             row_number() OVER (ORDER BY x.score DESC, x.chunk_id)::integer AS rn
-      FROM kb.bm25_search(v_ix.id, p_query, v_depth, (v_cfg->>'bm25_k1')::double precision,
-                          (v_cfg->>'bm25_b')::double precision, v_filter) x
-      WHERE v_method IN ('full_text', 'hybrid')
-    ), f AS (
-      SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.rn AS vrank, v.similarity AS vscore,
-             t.rn AS trank, t.score AS tscore,
-             CASE v_method
-               WHEN 'vector' THEN v.similarity
-               WHEN 'full_text' THEN t.score
-               ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn], ARRAY[v_w, 1 - v_w],
-                                (v_cfg->>'rrf_k')::double precision)
-             END AS fused
-      FROM v FULL JOIN t ON t.chunk_id = v.chunk_id
-    ), g AS (
-      -- BM25-only candidates still get their cosine similarity (for thresholds, explain).
-      SELECT f.chunk_id, f.vrank,
-             coalesce(f.vscore, CASE WHEN v_prep.embedding IS NOT NULL
-                                     THEN 1 - (e.embedding <=> v_prep.embedding::vector) END) AS vscore,
-             f.trank, f.tscore, f.fused
-      FROM f LEFT JOIN kb.embedding e ON f.vscore IS NULL AND e.chunk_id = f.chunk_id
-    )
-    SELECT ROW(g.chunk_id, g.vrank, g.vscore, g.trank, g.tscore,
-               row_number() OVER (ORDER BY g.fused DESC, g.chunk_id), g.fused,
-               NULL, NULL)::kb.search_stage
-    FROM g
-    WHERE v_thr IS NULL OR v_prep.embedding IS NULL OR g.vscore >= v_thr
-    ORDER BY g.fused DESC, g.chunk_id
-    LIMIT CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END);
+  IF v_method = 'tree_search' THEN
+    -- PageIndex: the LLM reads the trees' ToCs (kbpg_db/tree_search.py); ranks as it chose.
+    v_tree := ARRAY(SELECT t FROM kb._tree_search(v_ix.id, p_query, v_cfg, v_ix.indexing_config) t);
+    v_prep.note := v_tree[1].note;
+    v_rows := ARRAY(
+      SELECT ROW(t.chunk_id, NULL, NULL, NULL, NULL, t.rank, 1.0 / t.rank, NULL, NULL)::kb.search_stage
+      FROM unnest(v_tree) t WHERE t.chunk_id IS NOT NULL ORDER BY t.rank);
+  ELSE
+    v_rows := ARRAY(
+      WITH v AS (
+        SELECT x.chunk_id, x.similarity,
+               row_number() OVER (ORDER BY x.similarity DESC, x.chunk_id)::integer AS rn
+        FROM kb.vector_search(v_ix.id, v_prep.embedding, v_depth, v_filter,
+                              (v_cfg->>'ef_search')::integer) x
+        WHERE v_method IN ('vector', 'hybrid') AND v_prep.embedding IS NOT NULL
+      ), t AS (
+        SELECT x.chunk_id, x.score,
+               row_number() OVER (ORDER BY x.score DESC, x.chunk_id)::integer AS rn
+        FROM kb.bm25_search(v_ix.id, p_query, v_depth, (v_cfg->>'bm25_k1')::double precision,
+                            (v_cfg->>'bm25_b')::double precision, v_filter) x
+        WHERE v_method IN ('full_text', 'hybrid')
+      ), f AS (
+        SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.rn AS vrank, v.similarity AS vscore,
+               t.rn AS trank, t.score AS tscore,
+               CASE v_method
+                 WHEN 'vector' THEN v.similarity
+                 WHEN 'full_text' THEN t.score
+                 ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn], ARRAY[v_w, 1 - v_w],
+                                  (v_cfg->>'rrf_k')::double precision)
+               END AS fused
+        FROM v FULL JOIN t ON t.chunk_id = v.chunk_id
+      ), g AS (
+        -- BM25-only candidates still get their cosine similarity (for thresholds, explain).
+        SELECT f.chunk_id, f.vrank,
+               coalesce(f.vscore, CASE WHEN v_prep.embedding IS NOT NULL
+                                       THEN 1 - (e.embedding <=> v_prep.embedding::vector) END) AS vscore,
+               f.trank, f.tscore, f.fused
+        FROM f LEFT JOIN kb.embedding e ON f.vscore IS NULL AND e.chunk_id = f.chunk_id
+      )
+      SELECT ROW(g.chunk_id, g.vrank, g.vscore, g.trank, g.tscore,
+                 row_number() OVER (ORDER BY g.fused DESC, g.chunk_id), g.fused,
+                 NULL, NULL)::kb.search_stage
+      FROM g
+      WHERE v_thr IS NULL OR v_prep.embedding IS NULL OR g.vscore >= v_thr
+      ORDER BY g.fused DESC, g.chunk_id
+      LIMIT CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END);
+  END IF;
 
   IF v_rerank AND cardinality(v_rows) > 0 THEN
     v_rows := v_rows[1:v_ncand];

@@ -50,8 +50,9 @@ BEGIN
   ), rag AS (
     SELECT jsonb_build_object(
              'kind', 'rag', 'chunk_id', h.id, 'document_id', h.did, 'title', h.title,
-             'heading_path', to_jsonb(h.heading_path), 'page', h.page, 'content', h.content,
-             'score', h.score, 'comparable_score', h.comparable,
+             'heading_path', to_jsonb(h.heading_path), 'page', h.page,
+             'page_end', (SELECT n.page_end FROM kb.page_index_node n WHERE n.chunk_id = h.id),
+             'content', h.content, 'score', h.score, 'comparable_score', h.comparable,
              'passed', relevance_threshold IS NULL OR coalesce(h.comparable >= relevance_threshold, false),
              'section', CASE WHEN expand_sections AND cardinality(h.heading_path) > 0 THEN (
                  SELECT jsonb_agg(jsonb_build_object(

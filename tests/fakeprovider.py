@@ -212,6 +212,21 @@ def default_chat(body: dict[str, Any]) -> str:
         )
     if '"summary"' in prompt and section:
         return json.dumps({"summary": f"About {section.group(1)}."})
+    question = re.search(r"^Question: (.*)$", prompt, re.M)
+    if question:
+        words = {w for w in WORD.findall(question.group(1).lower()) if len(w) > 3}
+        if '"documents"' in prompt:  # phase 1: documents whose summary shares a word
+            blocks = re.findall(r"^\[(d\d+)\] (.*)\n(.*)$", prompt, re.M)
+            ids = [d for d, a, b in blocks if words & set(WORD.findall((a + b).lower()))]
+            return json.dumps({"documents": ids, "reasoning": "their sections share words"})
+        if '"node_ids"' in prompt:  # phase 2: sections whose title shares a word
+            lines = re.findall(r"\[(d\d+:\d{4})\] ([^(—\n]*)", prompt)
+            overlap = {i: len(words & set(WORD.findall(t.lower()))) for i, t in lines}
+            # Most shared words first; reading order on a tie.
+            ids = sorted((i for i in overlap if overlap[i]), key=lambda i: -overlap[i])
+            return json.dumps(
+                {"node_ids": ids, "reasoning": "titles match " + " ".join(sorted(words))}
+            )
     doc = re.search(r"^Document: (.*)$", prompt, re.M)
     if '"description"' in prompt and doc:
         return json.dumps({"description": f"A document about {doc.group(1)}."})

@@ -222,6 +222,10 @@ class RetrievalConfig(_Strict):
     rerank_model: str | None = Field(None, max_length=2000)
     rerank_api_base: str | None = Field(None, max_length=2000)
     rerank_api_key_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # tree_search (PageIndex): documents picked in phase 1; the ToC tokens phase 2 may show
+    # before BM25 pre-selects sections.
+    max_documents: int = Field(5, ge=1, le=100)
+    toc_token_budget: int = Field(8000, ge=200, le=1_000_000)
 
     @model_validator(mode="after")
     def _check(self) -> RetrievalConfig:

@@ -81,6 +81,7 @@ class Request:
     schema: dict[str, Any] | None = None  # JSON schema of the answer; None: plain text
     validate: Callable[[Any], Any] | None = None
     max_tokens: int | None = None
+    raw_answer: bool = False  # validate sees the answer's text (it parses it itself)
 
 
 @dataclass
@@ -260,7 +261,7 @@ def _short(exc: BaseException) -> str:
 def answer_value(req: Request, text: str) -> Any:
     """Parse and validate an answer; ``ValueError`` says what is wrong with it."""
     value: Any = text
-    if req.schema is not None:
+    if req.schema is not None and not req.raw_answer:
         value = parse_json(text)
     return req.validate(value) if req.validate is not None else value
 

@@ -222,14 +222,7 @@ def prepare_query(
     icfg = _indexing(indexing_config)
     cfg = _retrieval(plpy, retrieval_config, overrides, icfg.strategy)
     out: dict[str, Any] = {"config": json.dumps(cfg), "embedding": None, "note": None}
-    if cfg["method"] == "tree_search":
-        plpy.error(
-            "tree_search is not available yet in this version of kbpg",
-            detail="page_index knowledge bases build their trees; searching them with "
-            "tree_search is being built",
-            sqlstate="0A000",
-        )
-    if cfg["method"] == "full_text":
+    if cfg["method"] in ("full_text", "tree_search"):
         return out
     key = api_key(plpy, icfg.api_key_name or _default_key_name(icfg.embedding_model))
     try:
@@ -275,6 +268,69 @@ def _retrieval(plpy: Any, retrieval_config: Any, overrides: Any, strategy: str) 
             _retrieval_cache.clear()
         _retrieval_cache[key] = cfg
     return dict(cfg)
+
+
+def tree_search(
+    plpy: Any, index_id: int, query: str, retrieval_config: Any, indexing_config: Any
+) -> list[dict[str, Any]]:
+    """Tree Search rows (chunk, rank, node, reasoning); the first carries the note and the
+    phases. Reads the call cache, writes nothing."""
+    from kbpg_db import llm, tree_search
+
+    cfg = _json(retrieval_config)
+    settings = _indexing(indexing_config).llm()
+    if not settings.model:
+        plpy.error(
+            "tree_search needs an LLM, and this knowledge base has none",
+            detail="its indexing_config.extra.model is not set",
+            hint='reindex with indexing_config => \'{"strategy": "page_index", '
+            '"extra": {"model": "..."}}\'',
+            sqlstate=INVALID_PARAMETER,
+        )
+    key = api_key(plpy, settings.api_key_name or _default_key_name(settings.model or ""))
+    layer = llm.Llm(
+        settings, llm.Provider(settings, key), llm.CallCache(plpy, writable=False), None
+    )
+    try:
+        out = tree_search.search(
+            plpy,
+            layer,
+            index_id,
+            query,
+            int(cfg["top_k"]),
+            int(cfg["max_documents"]),
+            int(cfg["toc_token_budget"]),
+        )
+    except llm.LlmError as exc:
+        plpy.error(f"tree_search failed: {exc}", sqlstate=EXTERNAL_FAILURE)
+        raise
+    phases = json.dumps(out.phases)
+    usage = json.dumps(layer.usage.as_json())
+    rows = [
+        {
+            "chunk_id": node.chunk_id,
+            "rank": rank,
+            "node_id": node.node_id,
+            "reasoning": why,
+            "note": out.note if rank == 1 else None,
+            "phases": phases if rank == 1 else None,
+            "usage": usage if rank == 1 else None,
+        }
+        for rank, (node, why) in enumerate(out.hits, start=1)
+    ]
+    if not rows:
+        rows = [
+            {
+                "chunk_id": None,
+                "rank": None,
+                "node_id": None,
+                "reasoning": None,
+                "note": out.note,
+                "phases": phases,
+                "usage": usage,
+            }
+        ]
+    return rows
 
 
 def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -> list[float]:

@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 
 from kbpg.client import Client
-from kbpg.errors import ConfigError, KbpgError
+from kbpg.errors import ConfigError
 from tests.fakeprovider import FakeProvider, default_chat, last_user
 from tests.helpers import allow_fake_key, run_worker
 
@@ -359,8 +359,8 @@ def test_strategy_seam_errors_and_methods(
     assert info.value.sqlstate == "22023"
     client.create_knowledge_base("m", {"strategy": "page_index"})
     assert client.knowledge_base("m")["retrieval_config"]["method"] == "tree_search"
-    with pytest.raises(KbpgError, match="tree_search is not available yet"):
-        client.search("m", "anything")
+    with pytest.raises(ConfigError, match="tree_search needs an LLM"):
+        client.search("m", "anything")  # no extra.model on this KB
     client.create_knowledge_base("plain")
     with pytest.raises(ConfigError, match="not available for a chunk_embed knowledge base"):
         client.search("plain", "x", method="tree_search")

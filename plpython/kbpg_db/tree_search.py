@@ -1,0 +1,274 @@
+"""Tree Search over PageIndex trees: the LLM reasons over tables of contents, not vectors.
+
+Phase 1 shows the LLM each document's compact summary (title, description, top-level
+section titles) and lets it pick the relevant documents (skipped when the KB has one).
+Phase 2 shows the picked documents' ToCs (titles and summaries, no text) with globally
+prefixed ids (``d0:0001``) and asks for up to ``top_k`` of them. Answers are parsed as JSON,
+else scanned for ids; every id is checked against the trees, and the ones that do not exist
+are dropped and counted in the note. When the ToCs would not fit ``toc_token_budget``,
+BM25 over the nodes' text and titles pre-selects candidates (with their ancestors, so the
+model still sees where each sits).
+
+Nothing here writes: answers already in the call cache are reused, new ones are not
+stored, so searches run on a read-only standby.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbpg_db import tokens
+from kbpg_db.llm import Llm, Request, parse_json
+
+_DOC_ID = re.compile(r"\bd(\d+)\b")
+_NODE_ID = re.compile(r"\bd(\d+):(\d{4})\b")
+PRESELECT_NODES = 40
+
+
+@dataclass
+class Node:
+    gid: str  # d0:0001
+    document_id: int
+    node_id: str
+    chunk_id: int
+    depth: int
+    title: str
+    summary: str | None
+    page_start: int | None
+    page_end: int | None
+    parent_id: str | None
+
+
+@dataclass
+class Doc:
+    did: str  # d0
+    document_id: int
+    title: str
+    description: str | None
+    top: list[str]
+    nodes: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    hits: list[tuple[Node, str]]  # node, the model's reasoning
+    note: str
+    phases: dict[str, Any]
+
+
+def _ids_answer(key: str, pattern: re.Pattern[str]) -> Any:
+    """{"<key>": [...], "reasoning": "..."} as JSON; else the ids the answer's text names."""
+
+    def check(text: str) -> tuple[list[str], str]:
+        try:
+            value = parse_json(text)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and isinstance(value.get(key), list):
+            return [str(v).strip() for v in value[key]], str(value.get("reasoning") or "")
+        found = [m.group(0) for m in pattern.finditer(text)]
+        if found:
+            return found, "(ids read from the text of a non-JSON answer)"
+        raise ValueError(f'expected {{"{key}": [...], "reasoning": "..."}}')
+
+    return check
+
+
+def _ask_ids(
+    llm: Llm, purpose: str, system: str, user: str, key: str, pattern: re.Pattern[str]
+) -> tuple[list[str], str]:
+    schema = {
+        "type": "object",
+        "properties": {
+            key: {"type": "array", "items": {"type": "string"}},
+            "reasoning": {"type": "string", "maxLength": 1500},
+        },
+        "required": [key],
+    }
+    req = Request(
+        purpose,
+        [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        schema,
+        _ids_answer(key, pattern),
+        max_tokens=800,
+        raw_answer=True,
+    )
+    ids, reasoning = llm.ask(req)
+    return ids, reasoning
+
+
+def load(plpy: Any, index_id: int) -> list[Doc]:
+    docs: list[Doc] = []
+    rows = plpy.execute(
+        plpy.prepare(
+            "SELECT t.document_id, d.title, t.description, t.toc FROM kb.page_index_toc t "
+            "JOIN kb.document d ON d.id = t.document_id WHERE t.index_id = $1 "
+            "ORDER BY t.document_id",
+            ["bigint"],
+        ),
+        [index_id],
+    )
+    by_id: dict[int, Doc] = {}
+    for i, r in enumerate(rows):
+        toc = json.loads(r["toc"]) if isinstance(r["toc"], str) else r["toc"]
+        doc = Doc(
+            f"d{i}", int(r["document_id"]), r["title"], r["description"], [e["title"] for e in toc]
+        )
+        docs.append(doc)
+        by_id[doc.document_id] = doc
+    nodes = plpy.execute(
+        plpy.prepare(
+            "SELECT document_id, node_id, chunk_id, depth, title, summary, page_start, "
+            "page_end, parent_id FROM kb.page_index_node WHERE index_id = $1 "
+            "ORDER BY document_id, ordinal",
+            ["bigint"],
+        ),
+        [index_id],
+    )
+    for r in nodes:
+        doc = by_id.get(int(r["document_id"]))
+        if doc is None:
+            continue
+        gid = f"{doc.did}:{len(doc.nodes) + 1:04d}"
+        doc.nodes.append(
+            Node(
+                gid,
+                doc.document_id,
+                r["node_id"],
+                int(r["chunk_id"]),
+                int(r["depth"]),
+                r["title"],
+                r["summary"],
+                r["page_start"],
+                r["page_end"],
+                r["parent_id"],
+            )
+        )
+    return docs
+
+
+def _pages(n: Node) -> str:
+    if n.page_start and n.page_end and n.page_end != n.page_start:
+        return f" (p.{n.page_start}–{n.page_end})"
+    return f" (p.{n.page_start})" if n.page_start else ""
+
+
+def toc_text(doc: Doc, keep: set[str] | None = None) -> str:
+    lines = [f"Document {doc.did}: {doc.title}"]
+    for n in doc.nodes:
+        if keep is not None and n.gid not in keep:
+            continue
+        summary = f" — {n.summary}" if n.summary and n.summary != n.title else ""
+        lines.append(f"{'  ' * (n.depth + 1)}[{n.gid}] {n.title}{_pages(n)}{summary}")
+    return "\n".join(lines)
+
+
+def _bm25_candidates(plpy: Any, index_id: int, query: str, docs: list[Doc]) -> set[str]:
+    """Node gids BM25 finds for the query, with their ancestors."""
+    rows = plpy.execute(
+        plpy.prepare(
+            "SELECT chunk_id FROM kb.bm25_search($1, $2, $3)", ["bigint", "text", "integer"]
+        ),
+        [index_id, query, PRESELECT_NODES],
+    )
+    hit_chunks = {int(r["chunk_id"]) for r in rows}
+    keep: set[str] = set()
+    for doc in docs:
+        by_node = {n.node_id: n for n in doc.nodes}
+        for n in doc.nodes:
+            if n.chunk_id in hit_chunks:
+                cur: Node | None = n
+                while cur is not None and cur.gid not in keep:
+                    keep.add(cur.gid)
+                    cur = by_node.get(cur.parent_id) if cur.parent_id else None
+    return keep
+
+
+def search(
+    plpy: Any,
+    llm: Llm,
+    index_id: int,
+    query: str,
+    top_k: int,
+    max_documents: int,
+    budget: int,
+) -> Outcome:
+    docs = load(plpy, index_id)
+    notes: list[str] = []
+    phases: dict[str, Any] = {"documents": len(docs)}
+    if not docs:
+        return Outcome([], "tree_search: the knowledge base has no indexed trees yet", phases)
+    # Phase 1: which documents.
+    picked = docs
+    if len(docs) > 1:
+        listing = "\n".join(
+            f"[{d.did}] {d.title}: {d.description or ''}\n    sections: {'; '.join(d.top)}"
+            for d in docs
+        )
+        if tokens.count(listing) > budget:
+            keep = _bm25_candidates(plpy, index_id, query, docs)
+            with_hits = [d for d in docs if any(n.gid in keep for n in d.nodes)]
+            docs_shown = with_hits[: max(max_documents * 4, 1)] or docs[: max_documents * 4]
+            listing = "\n".join(
+                f"[{d.did}] {d.title}: {d.description or ''}\n    sections: {'; '.join(d.top)}"
+                for d in docs_shown
+            )
+            notes.append(f"phase 1 saw {len(docs_shown)} of {len(docs)} documents (BM25)")
+        ids, why = _ask_ids(
+            llm,
+            "tree_search_documents",
+            "You pick the documents that can answer a question. Answer with JSON only.",
+            f"Question: {query}\n\nDocuments:\n{listing}\n\nReturn "
+            f'{{"documents": ["d0", ...], "reasoning": "..."}} with at most {max_documents} '
+            "ids, most relevant first.",
+            "documents",
+            _DOC_ID,
+        )
+        known = {d.did: d for d in docs}
+        chosen = [known[i] for i in dict.fromkeys(ids) if i in known][:max_documents]
+        bad = [i for i in ids if i not in known]
+        if bad:
+            notes.append(f"{len(bad)} document id(s) the model named do not exist: dropped")
+        picked = chosen
+        phases["phase1"] = {"chose": [d.title for d in chosen], "reasoning": why}
+    if not picked:
+        return Outcome([], "tree_search: the model found no relevant document", phases)
+    # Phase 2: which sections.
+    keep: set[str] | None = None
+    text = "\n\n".join(toc_text(d) for d in picked)
+    if tokens.count(text) > budget:
+        keep = _bm25_candidates(plpy, index_id, query, picked)
+        text = "\n\n".join(toc_text(d, keep) for d in picked)
+        notes.append(f"phase 2 saw {len(keep)} BM25-preselected sections (ToC over budget)")
+    ids, why = _ask_ids(
+        llm,
+        "tree_search_nodes",
+        "You find the sections of documents that answer a question, by reading their tables "
+        "of contents. Answer with JSON only.",
+        f"Question: {query}\n\nTables of contents (id, title, pages, summary):\n{text}\n\n"
+        f'Return {{"node_ids": ["d0:0001", ...], "reasoning": "..."}} with at most {top_k} '
+        "ids, most relevant first.",
+        "node_ids",
+        _NODE_ID,
+    )
+    nodes = {n.gid: n for d in picked for n in d.nodes if keep is None or n.gid in keep}
+    hits: list[tuple[Node, str]] = []
+    dropped = 0
+    for gid in dict.fromkeys(ids):
+        if gid in nodes:
+            hits.append((nodes[gid], why))
+        else:
+            dropped += 1
+    if dropped:
+        notes.append(f"{dropped} node id(s) the model named do not exist: dropped")
+    phases["phase2"] = {"chose": [n.gid for n, _ in hits], "reasoning": why}
+    u = llm.usage
+    notes.append(
+        f"{u.calls} LLM call(s), {u.cache_hits} cached, {u.prompt_tokens} prompt + "
+        f"{u.completion_tokens} completion tokens"
+        + (f", ${u.cost_usd:.6f}" if u.cost_known and u.calls else "")
+    )
+    return Outcome(hits[:top_k], "tree_search: " + "; ".join(notes), phases)

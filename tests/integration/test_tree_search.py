@@ -1,0 +1,155 @@
+"""Tree Search end to end through the scripted OpenAI-compatible server, which answers from
+the prompt's content (documents and sections whose titles share words with the question)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from kbpg.client import Client
+from kbpg.errors import ConfigError
+from tests.fakeprovider import FakeProvider, default_chat, last_user
+from tests.helpers import allow_fake_key, run_worker
+from tests.integration.test_llm import GUIDE, llm_extra
+
+BILLING = """# Refunds
+Refunds are paid within five days.
+## Partial refunds
+A partial refund covers part of an order.
+# Invoices
+Invoices are sent monthly.
+"""
+
+
+def two_docs(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider, **extra: Any
+) -> None:
+    allow_fake_key(conn)
+    client.create_knowledge_base(
+        "ts", {"strategy": "page_index", "extra": llm_extra(provider, **extra)}
+    )
+    client.add_text("ts", "guide", GUIDE)
+    client.add_text("ts", "billing", BILLING)
+    run_worker(conn.info.dsn)
+    provider.chat_calls.clear()
+
+
+def test_two_phases_global_ids_and_results(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    two_docs(client, conn, provider)
+    before = conn.execute("SELECT count(*) FROM kb.llm_call").fetchone()[0]
+    hits = client.search("ts", "how are refunds paid?")
+    assert [(h.title, h.heading_path) for h in hits] == [
+        ("billing", ["Refunds"]),
+        ("billing", ["Refunds", "Partial refunds"]),
+    ]
+    assert hits[0].content.startswith("# Refunds") and hits[0].score == 1.0
+    assert "2 LLM call(s)" in (hits[0].note or "")
+    prompts = provider.prompts()
+    assert len(prompts) == 2  # phase 1 (documents), phase 2 (sections)
+    assert "[d0] guide" in prompts[0] and "[d1] billing" in prompts[0]
+    assert "[d1:0001] Refunds" in prompts[1] and "[d0:" not in prompts[1]  # only the pick
+    assert "Refunds are paid" not in prompts[1]  # ToCs carry summaries, never text
+    # The query path writes nothing, so it runs in a read-only transaction (a standby).
+    with psycopg.connect(conn.info.dsn) as ro:
+        ro.execute("SET TRANSACTION READ ONLY")
+        ro.execute("SET kb.fake_key = 'test-key'")
+        rows = ro.execute("SELECT title FROM kb.search('ts', 'how are refunds paid?')").fetchall()
+        assert [r[0] for r in rows] == ["billing", "billing"]
+    assert conn.execute("SELECT count(*) FROM kb.llm_call").fetchone()[0] == before
+
+
+def test_rich_results_and_context_citations(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    two_docs(client, conn, provider)
+    rows = client._rows("SELECT * FROM kb.tree_search('ts', 'partial refunds', top_k => 1)")
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["document"] == "billing" and row["title_path"] == ["Refunds", "Partial refunds"]
+    assert row["summary"] == "About Refunds › Partial refunds."
+    assert row["reasoning"].startswith("titles match")
+    assert row["phases"]["phase1"]["chose"] == ["billing"]
+    assert row["usage"]["calls"] == 2 and row["usage"]["prompt_tokens"] > 0
+    ctx = client.build_context("ts", "partial refunds", method="tree_search")
+    assert "[Source 1: billing › Refunds > Partial refunds]" in ctx["context"]
+
+
+def test_hallucinated_ids_are_dropped_and_counted(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    two_docs(client, conn, provider)
+
+    def chat(body: dict[str, Any]) -> str:
+        if '"node_ids"' in last_user(body):
+            return json.dumps({"node_ids": ["d9:0001", "d1:0003", "d1:0099"], "reasoning": "x"})
+        return default_chat(body)
+
+    provider.chat = chat
+    hits = client.search("ts", "invoices")
+    assert [h.heading_path for h in hits] == [["Invoices"]]
+    assert "2 node id(s) the model named do not exist: dropped" in (hits[0].note or "")
+
+
+def test_prose_answers_fall_back_to_the_ids_they_name(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    two_docs(client, conn, provider)
+
+    def chat(body: dict[str, Any]) -> str:
+        prompt = last_user(body)
+        if '"documents"' in prompt:
+            return "I would look at d0 first."
+        if '"node_ids"' in prompt:
+            return "Section d0:0002 covers Linux, then d0:0003."
+        return default_chat(body)
+
+    provider.chat = chat
+    hits = client.search("ts", "anything")
+    assert [h.heading_path[-1] for h in hits] == ["Linux", "Windows"]
+    assert len(provider.chat_calls) == 2  # no re-ask: the ids were usable
+
+
+def test_single_document_skips_phase_one(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    allow_fake_key(conn)
+    client.create_knowledge_base("one", {"strategy": "page_index", "extra": llm_extra(provider)})
+    client.add_text("one", "guide", GUIDE)
+    run_worker(conn.info.dsn)
+    provider.chat_calls.clear()
+    hits = client.search("one", "configure the file", top_k=3)
+    assert [h.heading_path for h in hits] == [["Configure"]]
+    assert len(provider.chat_calls) == 1
+
+
+def test_toc_over_budget_is_preselected_with_bm25(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    allow_fake_key(conn)
+    client.create_knowledge_base(
+        "big", {"strategy": "page_index", "extra": llm_extra(provider, if_add_node_summary="no")}
+    )
+    sections = "".join(f"# Topic {i}\nGeneral remarks number {i}.\n" for i in range(80))
+    sections += "# Glaciers\nGlaciers move slowly downhill.\n"
+    client.add_text("big", "atlas", sections)
+    run_worker(conn.info.dsn)
+    provider.chat_calls.clear()
+    hits = client.search("big", "how do glaciers move?", toc_token_budget=300)
+    assert [h.heading_path for h in hits] == [["Glaciers"]]
+    prompt = provider.prompts()[-1]
+    assert len(re.findall(r"\[d0:\d{4}\]", prompt)) < 10  # not all 81 sections
+    assert "BM25-preselected" in (hits[0].note or "")
+
+
+def test_needs_an_llm(client: Client, conn: psycopg.Connection) -> None:
+    client.create_knowledge_base("nollm", {"strategy": "page_index"})
+    client.add_text("nollm", "guide", GUIDE)
+    run_worker(conn.info.dsn)
+    with pytest.raises(ConfigError, match="tree_search needs an LLM"):
+        client.search("nollm", "install")
