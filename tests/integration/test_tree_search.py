@@ -153,3 +153,46 @@ def test_needs_an_llm(client: Client, conn: psycopg.Connection) -> None:
     run_worker(conn.info.dsn)
     with pytest.raises(ConfigError, match="tree_search needs an LLM"):
         client.search("nollm", "install")
+
+
+def test_eval_runs_tree_search(
+    conn: psycopg.Connection, dsn: str, provider: FakeProvider, tmp_path: Any, capsys: Any
+) -> None:
+    from kbpg.cli import main
+
+    allow_fake_key(conn)
+    corpus = [
+        {"_id": "glaciers", "title": "Glaciers", "text": "Glaciers move slowly downhill."},
+        {"_id": "volcanoes", "title": "Volcanoes", "text": "Volcanoes erupt molten rock."},
+        {"_id": "deserts", "title": "Deserts", "text": "Deserts get little rain."},
+    ]
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in corpus))
+    (tmp_path / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "how do glaciers move"})
+        + "\n"
+        + json.dumps({"_id": "q2", "text": "when do volcanoes erupt"})
+    )
+    (tmp_path / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\tglaciers\t1\nq2\tvolcanoes\t1\n"
+    )
+    icfg = {"strategy": "page_index", "extra": llm_extra(provider)}
+    code = main(
+        [
+            "--dsn",
+            dsn,
+            "eval",
+            str(tmp_path),
+            "--method",
+            "tree_search",
+            "--top-k",
+            "3",
+            "--indexing-config",
+            json.dumps(icfg),
+            "--json",
+        ]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["method"] == "tree_search" and result["queries"] == 2
+    assert result["ndcg@10"] == 1.0
