@@ -7,6 +7,8 @@ it, so a batch can report it and go on with the next file.
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +93,55 @@ def load_pdf(path: Path) -> tuple[str, list[int], dict[str, Any]]:
         toc = doc.get_toc()
         if toc:
             meta["toc"] = [{"level": lvl, "title": title, "page": page} for lvl, title, page in toc]
+        else:
+            headings = layout_headings(doc)
+            if headings:
+                meta["pdf_headings"] = headings
     return content, starts, meta
+
+
+_NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)[.)]?\s+\S")
+MAX_LAYOUT_HEADINGS = 2000
+
+
+def layout_headings(doc: Any) -> list[dict[str, Any]]:
+    """Headings of a PDF without an outline, from its layout: lines set larger than the
+    body text (the most used size), or bold and numbered ("2.3 Scope"). The level is the
+    numbering depth, else the rank of the line's size among the heading sizes."""
+    sizes: Counter[float] = Counter()
+    lines: list[tuple[int, str, float, bool]] = []
+    for number, page in enumerate(doc.pages(), start=1):
+        for block in page.get_text("dict").get("blocks", []):
+            for line in block.get("lines", []):
+                spans = [s for s in line.get("spans", []) if s.get("text", "").strip()]
+                if not spans:
+                    continue
+                text = " ".join(s["text"].strip() for s in spans)
+                size = round(max(float(s["size"]) for s in spans), 1)
+                bold = all(
+                    int(s.get("flags", 0)) & 16 or "bold" in str(s.get("font", "")).lower()
+                    for s in spans
+                )
+                for s in spans:
+                    sizes[round(float(s["size"]), 1)] += len(s["text"])
+                lines.append((number, text, size, bold))
+    if not sizes:
+        return []
+    body = sizes.most_common(1)[0][0]
+    heads = [
+        (p, t, sz)
+        for p, t, sz, bold in lines
+        if len(t) <= 120
+        and not t.isdigit()
+        and (sz >= body * 1.15 or (bold and _NUMBERED.match(t)))
+    ]
+    ranks = sorted({sz for _, _, sz in heads}, reverse=True)
+    out = []
+    for p, t, sz in heads[:MAX_LAYOUT_HEADINGS]:
+        m = _NUMBERED.match(t)
+        level = m.group(1).count(".") + 1 if m else ranks.index(sz) + 1
+        out.append({"level": level, "title": t, "page": p})
+    return out
 
 
 def load_file(

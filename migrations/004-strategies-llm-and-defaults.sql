@@ -104,6 +104,10 @@ CREATE TABLE kb.page_index_toc (
     description_kind text NOT NULL CHECK (description_kind IN ('llm', 'lead_text', 'none')),
     toc              jsonb NOT NULL,
     node_count       integer NOT NULL,
+    -- Where the tree came from: markdown_headings, or for a PDF outline, printed_toc (with
+    -- its pages and the printed-to-physical page offset), layout or none.
+    structure        text NOT NULL DEFAULT 'markdown_headings',
+    structure_detail jsonb NOT NULL DEFAULT '{}',
     PRIMARY KEY (index_id, document_id)
 );
 CREATE INDEX page_index_toc_document_idx ON kb.page_index_toc (document_id);

@@ -20,10 +20,12 @@ BEGIN
          (n->>'page_end')::integer, (n->>'section_end')::integer
   FROM jsonb_array_elements(p_artifacts->'nodes') AS n;
   INSERT INTO kb.page_index_toc (index_id, document_id, description, description_kind, toc,
-                                 node_count)
+                                 node_count, structure, structure_detail)
   VALUES (p_index_id, p_document_id, p_artifacts->>'description',
           p_artifacts->>'description_kind', p_artifacts->'toc',
-          jsonb_array_length(p_artifacts->'nodes'));
+          jsonb_array_length(p_artifacts->'nodes'),
+          coalesce(p_artifacts->>'structure', 'markdown_headings'),
+          p_artifacts - ARRAY['nodes', 'toc', 'description', 'description_kind', 'structure']);
 END
 $$;
 COMMENT ON FUNCTION kb._store_page_index(bigint, bigint, jsonb, jsonb) IS

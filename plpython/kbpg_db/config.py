@@ -86,6 +86,12 @@ class PageIndexExtra(LlmSettings):
     summary_token_threshold: int = Field(
         200, ge=0, le=100_000, description="nodes this short keep their own text as summary"
     )
+    toc_check_page_num: int = Field(
+        20, ge=1, le=1000, description="PDF pages searched for a printed table of contents"
+    )
+    max_page_num_each_node: int = Field(
+        10, ge=1, le=10000, description="a PDF leaf over this many pages is split by pages"
+    )
 
 
 @dataclass(frozen=True)

@@ -129,11 +129,11 @@ def load(plpy: Any, index_id: int) -> list[Doc]:
         [index_id],
     )
     for r in nodes:
-        doc = by_id.get(int(r["document_id"]))
-        if doc is None:
+        owner = by_id.get(int(r["document_id"]))
+        if owner is None:
             continue
-        gid = f"{doc.did}:{len(doc.nodes) + 1:04d}"
-        doc.nodes.append(
+        gid = f"{owner.did}:{len(owner.nodes) + 1:04d}"
+        owner.nodes.append(
             Node(
                 gid,
                 doc.document_id,
@@ -209,8 +209,8 @@ def search(
             for d in docs
         )
         if tokens.count(listing) > budget:
-            keep = _bm25_candidates(plpy, index_id, query, docs)
-            with_hits = [d for d in docs if any(n.gid in keep for n in d.nodes)]
+            hits_1 = _bm25_candidates(plpy, index_id, query, docs)
+            with_hits = [d for d in docs if any(n.gid in hits_1 for n in d.nodes)]
             docs_shown = with_hits[: max(max_documents * 4, 1)] or docs[: max_documents * 4]
             listing = "\n".join(
                 f"[{d.did}] {d.title}: {d.description or ''}\n    sections: {'; '.join(d.top)}"

@@ -74,7 +74,11 @@ def _walk(nodes: list[Node]) -> list[Node]:
 def heading_tree(title: str, text: str) -> list[Node]:
     """Top-level nodes of a Markdown text's heading tree (text before the first heading
     becomes a node titled after the document)."""
-    heads = chunking.markdown_headings(text)
+    return tree_from_heads(title, text, chunking.markdown_headings(text))
+
+
+def tree_from_heads(title: str, text: str, heads: list[tuple[int, int, str]]) -> list[Node]:
+    """A tree from (offset, level, title) section starts in reading order."""
     roots: list[Node] = []
     if not heads or text[: heads[0][0]].strip():
         first = heads[0][0] if heads else len(text)
@@ -92,6 +96,49 @@ def heading_tree(title: str, text: str) -> list[Node]:
             roots.append(node)
         stack.append(node)
     return roots
+
+
+def pdf_tree(doc: Document, extra: PageIndexExtra) -> tuple[list[Node], dict[str, Any]]:
+    """A PDF's tree from its outline, printed ToC or layout headings (no LLM)."""
+    from kbpg_db.strategies import pdf_structure
+
+    assert doc.page_starts is not None
+    source, entries, details = pdf_structure.structure(
+        doc.content, doc.page_starts, doc.metadata, extra.toc_check_page_num
+    )
+    heads = [(e.offset or 0, e.level, e.title) for e in entries]
+    # Two entries at one offset (a title not found on its page): keep the first.
+    heads = [h for i, h in enumerate(heads) if i == 0 or h[0] > heads[i - 1][0]]
+    return tree_from_heads(doc.title, doc.content, heads), {"structure": source, **details}
+
+
+def split_long_pages(text: str, roots: list[Node], page_starts: list[int], max_pages: int) -> None:
+    """Leaves over ``max_pages`` pages get one child per ``max_pages`` pages."""
+    for node in _walk(roots):
+        if node.children:
+            continue
+        first = chunking.page_of(page_starts, node.start) or 1
+        last = chunking.page_of(page_starts, max(node.start, node.own_end - 1)) or first
+        if last - first + 1 <= max_pages:
+            continue
+        base = _body_start(text, node)
+        cuts = [base] + [page_starts[p - 1] for p in range(first + max_pages, last + 1, max_pages)]
+        cuts = [c for c in cuts if c >= base]
+        bounds = [*cuts, node.own_end]
+        node.own_end = bounds[0]
+        for k in range(len(cuts)):
+            a = chunking.page_of(page_starts, bounds[k]) or first
+            b = chunking.page_of(page_starts, max(bounds[k], bounds[k + 1] - 1)) or a
+            node.children.append(
+                Node(
+                    f"{node.title} (pages {a}–{b})",
+                    node.level + 1,
+                    bounds[k],
+                    bounds[k + 1],
+                    parent=node,
+                    has_heading=False,
+                )
+            )
 
 
 def assign_ids(roots: list[Node]) -> None:
@@ -361,9 +408,15 @@ def _toc(nodes: list[Node], pages: dict[str, tuple[int | None, int | None]]) -> 
 def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     extra = PageIndexExtra.model_validate(cfg.extra)
     text = doc.content
-    ctx.report("building the heading tree")
-    roots = heading_tree(doc.title, text)
     llm = ctx.llm
+    structure: dict[str, Any] = {"structure": "markdown_headings"}
+    if doc.page_starts:
+        ctx.report("reading the PDF's structure")
+        roots, structure = pdf_tree(doc, extra)
+        split_long_pages(text, roots, doc.page_starts, extra.max_page_num_each_node)
+    else:
+        ctx.report("building the heading tree")
+        roots = heading_tree(doc.title, text)
     split_oversized(text, roots, extra, llm, ctx)
     assign_ids(roots)
     nodes = _walk(roots)
@@ -416,5 +469,6 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         "toc": _toc(roots, pages),
         "description": description,
         "description_kind": description_kind,
+        **structure,
     }
     return Built(chunks, artifacts, 0, 0.0)
