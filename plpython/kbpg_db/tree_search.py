@@ -136,7 +136,7 @@ def load(plpy: Any, index_id: int) -> list[Doc]:
         owner.nodes.append(
             Node(
                 gid,
-                doc.document_id,
+                owner.document_id,
                 r["node_id"],
                 int(r["chunk_id"]),
                 int(r["depth"]),
