@@ -52,6 +52,7 @@ class SearchResult:
     bm25_score: float | None
     rerank_score: float | None
     note: str | None
+    usage: dict[str, Any] | None = None  # what the query cost: embedding, rerank, LLM
 
     @property
     def source(self) -> str:

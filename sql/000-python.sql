@@ -30,7 +30,7 @@ BEGIN
     );
   END IF;
   IF to_regtype('kb.prepared_query') IS NULL THEN
-    CREATE TYPE kb.prepared_query AS (config jsonb, embedding real[], note text);
+    CREATE TYPE kb.prepared_query AS (config jsonb, embedding real[], note text, usage jsonb);
   END IF;
   IF to_regtype('kb.tree_hit') IS NULL THEN
     CREATE TYPE kb.tree_hit AS (

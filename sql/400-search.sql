@@ -77,7 +77,7 @@ RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
                bm25_rank integer, bm25_score double precision,
                fused_rank integer, fused_score double precision,
                rerank_rank integer, rerank_score double precision,
-               method text, note text)
+               method text, note text, usage jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -111,7 +111,7 @@ BEGIN
   IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text' THEN
     -- The stored config was validated when written, and full_text embeds nothing: this
     -- path runs no PL/Python at all.
-    v_prep := ROW(v_kb.retrieval_config, NULL, NULL)::kb.prepared_query;
+    v_prep := ROW(v_kb.retrieval_config, NULL, NULL, NULL)::kb.prepared_query;
   ELSE
     v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);
   END IF;
@@ -134,6 +134,7 @@ BEGIN
     -- PageIndex: the LLM reads the trees' ToCs (kbpg_db/tree_search.py); ranks as it chose.
     v_tree := ARRAY(SELECT t FROM kb._tree_search(v_ix.id, p_query, v_cfg, v_ix.indexing_config) t);
     v_prep.note := v_tree[1].note;
+    v_prep.usage := coalesce(v_prep.usage, '{}') || jsonb_build_object('llm', v_tree[1].usage);
     v_rows := ARRAY(
       SELECT ROW(t.chunk_id, NULL, NULL, NULL, NULL, t.rank, 1.0 / t.rank, NULL, NULL)::kb.search_stage
       FROM unnest(v_tree) t WHERE t.chunk_id IS NOT NULL ORDER BY t.rank);
@@ -183,6 +184,8 @@ BEGIN
     v_docs := ARRAY(SELECT c.content FROM unnest(v_rows) WITH ORDINALITY AS r
                       JOIN kb.chunk c ON c.id = r.chunk_id ORDER BY r.ordinality);
     v_scores := kb._rerank(v_cfg, p_query, v_docs);
+    v_prep.usage := coalesce(v_prep.usage, '{}') || jsonb_build_object('rerank',
+      jsonb_build_object('model', v_cfg->>'rerank_model', 'documents', cardinality(v_docs)));
     v_rows := ARRAY(
       SELECT ROW(r.chunk_id, r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score,
                  r.fused_rank, r.fused_score,
@@ -206,7 +209,7 @@ BEGIN
          r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score, r.fused_rank,
          CASE WHEN v_method = 'hybrid' THEN r.fused_score / nullif(r.top_fused, 0)
               ELSE r.fused_score END,
-         r.rerank_rank, r.rerank_score, v_method, v_prep.note
+         r.rerank_rank, r.rerank_score, v_method, v_prep.note, coalesce(v_prep.usage, '{}')
   FROM r WHERE r.fr <= v_top ORDER BY r.fr;
 END
 $$;
@@ -238,14 +241,15 @@ RETURNS TABLE (final_rank integer, chunk_id bigint, score double precision,
                bm25_rank integer, bm25_score double precision,
                fused_rank integer, fused_score double precision,
                rerank_rank integer, rerank_score double precision, method text, note text,
-               document_id bigint, title text, content text, heading_path text[], page integer,
-               metadata jsonb, source_uri text, char_start integer, char_end integer)
+               usage jsonb, document_id bigint, title text, content text,
+               heading_path text[], page integer, metadata jsonb, source_uri text,
+               char_start integer, char_end integer)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT s.final_rank, s.chunk_id, s.score, s.vector_rank, s.vector_score, s.bm25_rank,
          s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score, s.method,
-         s.note, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
+         s.note, s.usage, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
          c.char_start, c.char_end
   FROM kb._search_core(p_kb, p_query, p_overrides) s
   -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
@@ -269,13 +273,13 @@ CREATE OR REPLACE FUNCTION kb.search(
                  score double precision, heading_path text[], page integer, metadata jsonb,
                  source_uri text, char_start integer, char_end integer,
                  vector_score double precision, bm25_score double precision,
-                 rerank_score double precision, note text)
+                 rerank_score double precision, note text, usage jsonb)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT r.final_rank, r.chunk_id, r.document_id, r.title, r.content, r.score, r.heading_path,
          r.page, r.metadata, r.source_uri, r.char_start, r.char_end, r.vector_score,
-         r.bm25_score, r.rerank_score, r.note
+         r.bm25_score, r.rerank_score, r.note, r.usage
   FROM kb._search_rows(kb, query,
          kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
@@ -283,7 +287,8 @@ COMMENT ON FUNCTION kb.search IS
   'Searches a knowledge base. method: hybrid (default; weighted RRF of vector and BM25, score '
   'normalised so the best is 1), vector (score = cosine similarity) or full_text (score = BM25). '
   'Every retrieval_config field can be overridden by a named parameter or in options; filter '
-  'keeps chunks whose document metadata contains it. note says when a channel was unavailable.';
+  'keeps chunks whose document metadata contains it. note says when a channel was unavailable; '
+  'usage what the query cost (its embedding, rerank, LLM calls). Writes nothing.';
 
 CREATE OR REPLACE FUNCTION kb.explain_search(
     kb text,
@@ -293,13 +298,14 @@ CREATE OR REPLACE FUNCTION kb.explain_search(
                  vector_rank integer, vector_score double precision,
                  bm25_rank integer, bm25_score double precision,
                  fused_rank integer, fused_score double precision,
-                 rerank_rank integer, rerank_score double precision, method text, note text)
+                 rerank_rank integer, rerank_score double precision, method text, note text,
+                 usage jsonb)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT r.final_rank, r.chunk_id, r.title, r.score, r.vector_rank, r.vector_score,
          r.bm25_rank, r.bm25_score, r.fused_rank, r.fused_score, r.rerank_rank, r.rerank_score,
-         r.method, r.note
+         r.method, r.note, r.usage
   FROM kb._search_rows(kb, query,
          kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;

@@ -221,12 +221,27 @@ def prepare_query(
 
     icfg = _indexing(indexing_config)
     cfg = _retrieval(plpy, retrieval_config, overrides, icfg.strategy)
-    out: dict[str, Any] = {"config": json.dumps(cfg), "embedding": None, "note": None}
+    out: dict[str, Any] = {
+        "config": json.dumps(cfg),
+        "embedding": None,
+        "note": None,
+        "usage": None,
+    }
     if cfg["method"] in ("full_text", "tree_search"):
         return out
     key = api_key(plpy, icfg.api_key_name or _default_key_name(icfg.embedding_model))
     try:
-        out["embedding"] = embedding.embed(icfg, [query], key).vectors[0]
+        embedded = embedding.embed(icfg, [query], key)
+        out["embedding"] = embedded.vectors[0]
+        out["usage"] = json.dumps(
+            {
+                "embedding": {
+                    "model": icfg.embedding_model,
+                    "tokens": embedded.tokens,
+                    "cost_usd": embedded.cost_usd,
+                }
+            }
+        )
     except Exception as exc:
         if cfg["method"] == "vector":
             plpy.error(f"could not embed the query: {exc}", sqlstate=EXTERNAL_FAILURE)

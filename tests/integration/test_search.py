@@ -275,6 +275,7 @@ def test_rerank_remote(client: Client, conn: psycopg.Connection, provider: FakeP
     )
     rows = client.explain_search("kb1", "mice eat seeds", top_k=3, rerank=True, candidate_count=6)
     assert provider.rerank_calls == 1
+    assert rows[0]["usage"]["rerank"] == {"model": "cohere/rerank-english-v3.0", "documents": 6}
     assert [r["rerank_rank"] for r in rows] == [1, 2, 3]
     scores = [r["rerank_score"] for r in rows]
     assert scores == sorted(scores, reverse=True)
@@ -315,3 +316,16 @@ def test_full_text_with_the_kbs_own_config_runs_no_plpython(
         }
     assert "_search_core" in called
     assert not called & {"_prepare_query", "python_init", "validate_config"}
+
+
+def test_each_search_returns_what_it_cost(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    build(client, conn, provider)
+    [hit, *_] = client.search("kb1", "small seeds brewed", method="hybrid")
+    assert hit.usage is not None
+    assert hit.usage["embedding"]["model"] == "openai/fake-embed"
+    assert hit.usage["embedding"]["tokens"] == 3  # the fake server counts words
+    assert client.search("kb1", "seeds", method="full_text")[0].usage == {}
+    explained = client.explain_search("kb1", "small seeds brewed")
+    assert explained[0]["usage"]["embedding"]["tokens"] == 3

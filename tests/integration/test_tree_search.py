@@ -50,6 +50,7 @@ def test_two_phases_global_ids_and_results(
     ]
     assert hits[0].content.startswith("# Refunds") and hits[0].score == 1.0
     assert "2 LLM call(s)" in (hits[0].note or "")
+    assert hits[0].usage is not None and hits[0].usage["llm"]["calls"] == 2
     prompts = provider.prompts()
     assert len(prompts) == 2  # phase 1 (documents), phase 2 (sections)
     assert "[d0] guide" in prompts[0] and "[d1] billing" in prompts[0]
