@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kbpg_db.chunking import CHUNKERS
 from kbpg_db.config import METHODS
 
 from kbpg.errors import KbpgError
@@ -369,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--indexing-config", help="JSON object")
     c.add_argument("--retrieval-config", help="JSON object")
-    c.add_argument("--chunker", choices=["markdown_header", "recursive", "fixed_size"])
+    c.add_argument("--chunker", choices=CHUNKERS)
     c.add_argument("--chunk-size", dest="chunk_size", type=int)
     c.add_argument("--chunk-overlap", dest="chunk_overlap", type=int)
     c.add_argument("--embedding-model", dest="embedding_model")
