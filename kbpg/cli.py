@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kbpg_db.chunking import CHUNKERS
-from kbpg_db.config import METHODS
+from kbpg_db.config import CHUNKERS, METHODS
 
 from kbpg.errors import KbpgError
 

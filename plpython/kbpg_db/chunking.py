@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kbpg_db import tokens
-
-CHUNKERS = ("markdown_header", "recursive", "fixed_size")
+from kbpg_db.config import CHUNKERS
 
 PARAGRAPH, LINE, SENTENCE, WORD = 3, 2, 1, 0
 _BREAKS = (

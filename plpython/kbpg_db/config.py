@@ -52,6 +52,7 @@ class _Strict(BaseModel):
 
 YesNo = Literal["yes", "no"]
 METHODS = ("hybrid", "vector", "full_text", "tree_search")
+CHUNKERS = ("markdown_header", "recursive", "fixed_size")
 
 
 class LlmSettings(_Strict):
@@ -120,7 +121,7 @@ class IndexingConfig(_Strict):
 
     strategy: Literal["chunk_embed", "page_index", "graph_index", "doc2json"] = "chunk_embed"
     extra: dict[str, Any] = Field(default_factory=dict)
-    chunker: Literal["markdown_header", "recursive", "fixed_size"] = "markdown_header"
+    chunker: Literal[CHUNKERS] = "markdown_header"  # type: ignore[valid-type]
     chunk_size: int = Field(200, ge=16, le=32000, description="cl100k tokens per chunk, at most")
     chunk_overlap: int = Field(20, ge=0, description="cl100k tokens shared by neighbours")
     embedding_model: str = Field(LOCAL_MODEL, min_length=1, max_length=200)
