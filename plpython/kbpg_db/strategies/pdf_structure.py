@@ -57,9 +57,10 @@ def find_on_page(text: str, span: tuple[int, int], title: str) -> int | None:
     return m.start() if m else None
 
 
-def from_outline(meta: dict[str, Any], n_pages: int) -> list[Entry]:
+def _entries(items: Any, n_pages: int) -> list[Entry]:
+    """(level, title, page) items from metadata, those that make sense for this PDF."""
     out = []
-    for item in meta.get("toc") or []:
+    for item in items or []:
         try:
             level, title, page = int(item["level"]), str(item["title"]).strip(), int(item["page"])
         except (KeyError, TypeError, ValueError):
@@ -67,6 +68,10 @@ def from_outline(meta: dict[str, Any], n_pages: int) -> list[Entry]:
         if title and 1 <= page <= n_pages:
             out.append(Entry(level, title, page))
     return out
+
+
+def from_outline(meta: dict[str, Any], n_pages: int) -> list[Entry]:
+    return _entries(meta.get("toc"), n_pages)
 
 
 def printed_toc(
@@ -125,15 +130,7 @@ def calibrate(
 
 
 def from_layout(meta: dict[str, Any], n_pages: int) -> list[Entry]:
-    out = []
-    for item in meta.get("pdf_headings") or []:
-        try:
-            level, title, page = int(item["level"]), str(item["title"]).strip(), int(item["page"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if title and 1 <= page <= n_pages:
-            out.append(Entry(level, title, page))
-    return out
+    return _entries(meta.get("pdf_headings"), n_pages)
 
 
 def locate(text: str, spans: list[tuple[int, int]], entries: list[Entry]) -> list[Entry]:
