@@ -234,6 +234,11 @@ def search(
             notes.append(f"{len(bad)} document id(s) the model named do not exist: dropped")
         picked = chosen
         phases["phase1"] = {"chose": [d.title for d in chosen], "reasoning": why}
+        notes.append(
+            f"phase 1 chose {len(chosen)} of {len(docs)} documents ("
+            + ", ".join(d.title for d in chosen)[:200]
+            + ")"
+        )
     if not picked:
         return Outcome([], "tree_search: the model found no relevant document", phases)
     # Phase 2: which sections.
@@ -265,6 +270,7 @@ def search(
     if dropped:
         notes.append(f"{dropped} node id(s) the model named do not exist: dropped")
     phases["phase2"] = {"chose": [n.gid for n, _ in hits], "reasoning": why}
+    notes.append(f"phase 2 chose {', '.join(n.gid for n, _ in hits[:top_k]) or 'nothing'}")
     u = llm.usage
     notes.append(
         f"{u.calls} LLM call(s), {u.cache_hits} cached, {u.prompt_tokens} prompt + "

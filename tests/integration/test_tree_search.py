@@ -63,6 +63,10 @@ def test_two_phases_global_ids_and_results(
         rows = ro.execute("SELECT title FROM kb.search('ts', 'how are refunds paid?')").fetchall()
         assert [r[0] for r in rows] == ["billing", "billing"]
     assert conn.execute("SELECT count(*) FROM kb.llm_call").fetchone()[0] == before
+    # explain_search shows what each phase chose.
+    explained = client.explain_search("ts", "how are refunds paid?")
+    assert "phase 1 chose 1 of 2 documents (billing)" in explained[0]["note"]
+    assert "phase 2 chose d1:0001, d1:0002" in explained[0]["note"]
 
 
 def test_rich_results_and_context_citations(
