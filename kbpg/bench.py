@@ -465,9 +465,7 @@ def bench_startup(dsn: str, quick: bool) -> dict[str, Any]:
             pid = scalar(conn, "SELECT pg_backend_pid()")
             t0 = time.perf_counter()
             conn.execute(
-                "SELECT * FROM kb.search('beir-scifact-or-any', 'x')"
-                if False
-                else "SELECT * FROM kb.search((SELECT name FROM kb.knowledge_base WHERE "
+                "SELECT * FROM kb.search((SELECT name FROM kb.knowledge_base WHERE "
                 "embedding_model = 'local/all-MiniLM-L6-v2' ORDER BY id LIMIT 1), "
                 "'does vitamin D prevent fractures')"
             ).fetchall()
