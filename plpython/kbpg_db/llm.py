@@ -30,6 +30,7 @@ from typing import Any
 
 from kbpg_db.config import LlmSettings
 
+# Provider errors worth another try (embeddings, rerank and chat calls alike).
 RETRYABLE = (
     "RateLimitError",
     "Timeout",
@@ -144,7 +145,8 @@ def parse_json(text: str) -> Any:
 
 
 # --- the provider --------------------------------------------------------------------------
-def _import_litellm() -> Any:
+def import_litellm() -> Any:
+    """litellm, imported on first use (seconds: kept off paths that do not call a provider)."""
     # Offline: litellm would otherwise spend seconds retrying a price-map download.
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     import litellm
@@ -203,7 +205,7 @@ class Provider:
             raise LlmError("no LLM model is configured (set extra.model)")
         self.settings = settings
         self.api_key = api_key
-        self.litellm = _import_litellm()
+        self.litellm = import_litellm()
 
     def complete(self, messages: list[dict[str, Any]], req: Request) -> Answer:
         s = self.settings

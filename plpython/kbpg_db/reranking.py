@@ -76,9 +76,10 @@ def rerank(
         return []
     if model.startswith("onnx:"):
         return _local(model[len("onnx:") :]).score(query, documents)
-    from kbpg_db.embedding import _import_litellm, call_with_retries
+    from kbpg_db.embedding import call_with_retries
+    from kbpg_db.llm import import_litellm
 
-    litellm = _import_litellm()
+    litellm = import_litellm()
     kwargs: dict[str, Any] = {"model": model, "query": query, "documents": documents}
     kwargs["top_n"] = len(documents)
     if api_base:

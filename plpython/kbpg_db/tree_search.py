@@ -150,6 +150,14 @@ def load(plpy: Any, index_id: int) -> list[Doc]:
     return docs
 
 
+def _listing(docs: list[Doc]) -> str:
+    """Phase 1's view of documents: id, title, description, top-level sections."""
+    return "\n".join(
+        f"[{d.did}] {d.title}: {d.description or ''}\n    sections: {'; '.join(d.top)}"
+        for d in docs
+    )
+
+
 def _pages(n: Node) -> str:
     if n.page_start and n.page_end and n.page_end != n.page_start:
         return f" (p.{n.page_start}–{n.page_end})"
@@ -204,18 +212,12 @@ def search(
     # Phase 1: which documents.
     picked = docs
     if len(docs) > 1:
-        listing = "\n".join(
-            f"[{d.did}] {d.title}: {d.description or ''}\n    sections: {'; '.join(d.top)}"
-            for d in docs
-        )
+        listing = _listing(docs)
         if tokens.count(listing) > budget:
             hits_1 = _bm25_candidates(plpy, index_id, query, docs)
             with_hits = [d for d in docs if any(n.gid in hits_1 for n in d.nodes)]
             docs_shown = with_hits[: max(max_documents * 4, 1)] or docs[: max_documents * 4]
-            listing = "\n".join(
-                f"[{d.did}] {d.title}: {d.description or ''}\n    sections: {'; '.join(d.top)}"
-                for d in docs_shown
-            )
+            listing = _listing(docs_shown)
             notes.append(f"phase 1 saw {len(docs_shown)} of {len(docs)} documents (BM25)")
         ids, why = _ask_ids(
             llm,
