@@ -93,6 +93,13 @@ class PageIndexExtra(LlmSettings):
     max_page_num_each_node: int = Field(
         10, ge=1, le=10000, description="a PDF leaf over this many pages is split by pages"
     )
+    min_token_num_each_node: int = Field(
+        40,
+        ge=0,
+        le=100_000,
+        description="a leaf this short whose boundary kbpg drew (a split part, a heading "
+        "inferred from layout or by the LLM) joins its previous sibling; 0 keeps every leaf",
+    )
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,14 @@ section titles) and lets it pick the relevant documents (skipped when the KB has
 Phase 2 shows the picked documents' ToCs (titles and summaries, no text) with globally
 prefixed ids (``d0:0001``) and asks for up to ``top_k`` of them. Answers are parsed as JSON,
 else scanned for ids; every id is checked against the trees, and the ones that do not exist
-are dropped and counted in the note. When the ToCs would not fit ``toc_token_budget``,
-BM25 over the nodes' text and titles pre-selects candidates (with their ancestors, so the
-model still sees where each sits).
+are dropped and counted in the note.
+
+When the picked ToCs would not fit ``toc_token_budget``, phase 2 descends level by level:
+the model first sees the top-level sections (each marked with how many sub-sections it
+has), names the ones that answer or lead to the answer, and sees their sub-sections in
+the next round, until it picks leaves or keeps a section without opening it (at most
+``MAX_ROUNDS`` rounds). A level that alone is over budget is pre-selected with BM25 over
+the nodes' text and titles (a node counts when it or one of its descendants is a hit).
 
 Nothing here writes: answers already in the call cache are reused, new ones are not
 stored, so searches run on a read-only standby.
@@ -26,6 +31,7 @@ from kbpg_db.llm import Llm, Request, parse_json
 _DOC_ID = re.compile(r"\bd(\d+)\b")
 _NODE_ID = re.compile(r"\bd(\d+):(\d{4})\b")
 PRESELECT_NODES = 40
+MAX_ROUNDS = 6
 
 
 @dataclass
@@ -164,11 +170,9 @@ def _pages(n: Node) -> str:
     return f" (p.{n.page_start})" if n.page_start else ""
 
 
-def toc_text(doc: Doc, keep: set[str] | None = None) -> str:
+def toc_text(doc: Doc) -> str:
     lines = [f"Document {doc.did}: {doc.title}"]
     for n in doc.nodes:
-        if keep is not None and n.gid not in keep:
-            continue
         summary = f" — {n.summary}" if n.summary and n.summary != n.title else ""
         lines.append(f"{'  ' * (n.depth + 1)}[{n.gid}] {n.title}{_pages(n)}{summary}")
     return "\n".join(lines)
@@ -193,6 +197,102 @@ def _bm25_candidates(plpy: Any, index_id: int, query: str, docs: list[Doc]) -> s
                     keep.add(cur.gid)
                     cur = by_node.get(cur.parent_id) if cur.parent_id else None
     return keep
+
+
+def _ask_nodes(llm: Llm, query: str, listing: str, top_k: int, opening: bool = False) -> Any:
+    more = (
+        " A section marked [+N] has N sub-sections: name it to see them next, or name it "
+        "and none of them to keep it whole."
+        if opening
+        else ""
+    )
+    return _ask_ids(
+        llm,
+        "tree_search_nodes",
+        "You find the sections of documents that answer a question, by reading their tables "
+        "of contents. Answer with JSON only.",
+        f"Question: {query}\n\nTables of contents (id, title, pages, summary):\n{listing}\n\n"
+        f'Return {{"node_ids": ["d0:0001", ...], "reasoning": "..."}} with at most {top_k} '
+        f"ids, most relevant first.{more}",
+        "node_ids",
+        _NODE_ID,
+    )
+
+
+def _level_text(
+    docs: list[Doc], shown: list[Node], parent_of: dict[str, Node], kids: dict[str, list[Node]]
+) -> str:
+    """One level of the picked ToCs: the shown nodes grouped by document and parent."""
+    blocks: list[str] = []
+    for doc in docs:
+        mine = [n for n in shown if n.document_id == doc.document_id]
+        if not mine:
+            continue
+        lines = [f"Document {doc.did}: {doc.title}"]
+        group: Node | None = None
+        for n in mine:
+            parent = parent_of.get(n.gid)
+            if parent is not None and parent is not group:
+                lines.append(f"  inside {parent.title} ({parent.gid}):")
+            group = parent
+            summary = f" — {n.summary}" if n.summary and n.summary != n.title else ""
+            more = f" [+{len(kids[n.gid])}]" if kids.get(n.gid) else ""
+            lines.append(f"    [{n.gid}] {n.title}{_pages(n)}{more}{summary}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _descend(
+    plpy: Any, llm: Llm, index_id: int, query: str, docs: list[Doc], top_k: int, budget: int
+) -> tuple[list[tuple[Node, str]], int, list[dict[str, Any]]]:
+    """Phase 2 level by level (see the module's docstring). Returns the hits in the
+    model's order (an opened section's picks take its place), dropped ids and rounds."""
+    kids: dict[str, list[Node]] = {}
+    parent_of: dict[str, Node] = {}
+    for doc in docs:
+        by_id = {n.node_id: n for n in doc.nodes}
+        for n in doc.nodes:
+            parent = by_id.get(n.parent_id) if n.parent_id else None
+            if parent is not None:
+                kids.setdefault(parent.gid, []).append(n)
+                parent_of[n.gid] = parent
+    frontier = [n for d in docs for n in d.nodes if n.gid not in parent_of]
+    ranked: list[tuple[Node, str]] = []
+    opened: set[str] = set()  # the sections whose sub-sections the current round shows
+    rounds: list[dict[str, Any]] = []
+    bm25: set[str] | None = None
+    dropped = 0
+    while frontier and len(rounds) < MAX_ROUNDS:
+        shown = frontier
+        listing = _level_text(docs, shown, parent_of, kids)
+        info: dict[str, Any] = {}
+        if tokens.count(listing) > budget:
+            if bm25 is None:
+                bm25 = _bm25_candidates(plpy, index_id, query, docs)
+            shown = [n for n in frontier if n.gid in bm25] or frontier
+            while (
+                len(shown) > 1 and tokens.count(_level_text(docs, shown, parent_of, kids)) > budget
+            ):
+                shown = shown[: len(shown) // 2]
+            listing = _level_text(docs, shown, parent_of, kids)
+            info["preselected"] = len(shown)
+        ids, why = _ask_nodes(llm, query, listing, top_k, opening=True)
+        visible = {n.gid: n for n in shown}
+        chosen = [visible[g] for g in dict.fromkeys(ids) if g in visible]
+        dropped += len(set(ids)) - len(chosen)
+        rounds.append({"saw": len(shown), "chose": [n.gid for n in chosen], **info})
+        if len(rounds) == 1:
+            ranked = [(n, why) for n in chosen]
+        else:
+            out: list[tuple[Node, str]] = []
+            for n, reason in ranked:
+                picks = [c for c in chosen if parent_of.get(c.gid) is n] if n.gid in opened else []
+                out.extend([(c, why) for c in picks] or [(n, reason)])
+            ranked = out
+        to_open = [n for n, _ in ranked if kids.get(n.gid) and n.gid not in opened]
+        opened = {n.gid for n in to_open} | opened
+        frontier = [c for n in to_open for c in kids[n.gid]]
+    return ranked[:top_k], dropped, rounds
 
 
 def search(
@@ -244,34 +344,25 @@ def search(
     if not picked:
         return Outcome([], "tree_search: the model found no relevant document", phases)
     # Phase 2: which sections.
-    keep: set[str] | None = None
     text = "\n\n".join(toc_text(d) for d in picked)
-    if tokens.count(text) > budget:
-        keep = _bm25_candidates(plpy, index_id, query, picked)
-        text = "\n\n".join(toc_text(d, keep) for d in picked)
-        notes.append(f"phase 2 saw {len(keep)} BM25-preselected sections (ToC over budget)")
-    ids, why = _ask_ids(
-        llm,
-        "tree_search_nodes",
-        "You find the sections of documents that answer a question, by reading their tables "
-        "of contents. Answer with JSON only.",
-        f"Question: {query}\n\nTables of contents (id, title, pages, summary):\n{text}\n\n"
-        f'Return {{"node_ids": ["d0:0001", ...], "reasoning": "..."}} with at most {top_k} '
-        "ids, most relevant first.",
-        "node_ids",
-        _NODE_ID,
-    )
-    nodes = {n.gid: n for d in picked for n in d.nodes if keep is None or n.gid in keep}
-    hits: list[tuple[Node, str]] = []
-    dropped = 0
-    for gid in dict.fromkeys(ids):
-        if gid in nodes:
-            hits.append((nodes[gid], why))
-        else:
-            dropped += 1
+    if tokens.count(text) <= budget:
+        ids, why = _ask_nodes(llm, query, text, top_k)
+        nodes = {n.gid: n for d in picked for n in d.nodes}
+        hits = [(nodes[g], why) for g in dict.fromkeys(ids) if g in nodes]
+        dropped = len(set(ids)) - len(hits)
+        phases["phase2"] = {"chose": [n.gid for n, _ in hits], "reasoning": why}
+    else:
+        hits, dropped, rounds = _descend(plpy, llm, index_id, query, picked, top_k, budget)
+        phases["phase2"] = {"chose": [n.gid for n, _ in hits], "rounds": rounds}
+        preselected = sum(r.get("preselected", 0) for r in rounds)
+        notes.append(
+            f"phase 2 descended {len(rounds)} level(s) (ToC over budget), seeing "
+            + ", ".join(str(r["saw"]) for r in rounds)
+            + " sections"
+            + (f"; {preselected} of them BM25-preselected" if preselected else "")
+        )
     if dropped:
         notes.append(f"{dropped} node id(s) the model named do not exist: dropped")
-    phases["phase2"] = {"chose": [n.gid for n, _ in hits], "reasoning": why}
     notes.append(f"phase 2 chose {', '.join(n.gid for n, _ in hits[:top_k]) or 'nothing'}")
     u = llm.usage
     notes.append(

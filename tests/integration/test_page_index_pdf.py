@@ -1,9 +1,13 @@
-"""PageIndex's PDF pipeline without an LLM: a PDF's outline, a printed table of contents
-(front matter before printed page 1), or headings set in a larger font — each recovered
-with its titles, levels and physical start pages. The PDFs are generated here (pymupdf)."""
+"""PageIndex's PDF pipeline: a PDF's outline, a printed table of contents (front matter
+before printed page 1), or headings set in a larger font — each recovered without an LLM,
+with its titles, levels and physical start pages; then the LLM (the scripted server) for
+ToC lines the pattern cannot read and for pages with no heading the layout shows. The
+PDFs are generated here (pymupdf)."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,9 @@ import pymupdf
 
 from kbpg.client import Client
 from kbpg.loaders import load_file
-from tests.helpers import run_worker
+from tests.fakeprovider import FakeProvider, last_user
+from tests.helpers import allow_fake_key, run_worker
+from tests.integration.test_llm import llm_extra
 
 BODY = "This section explains the matter in plain words. " * 6
 
@@ -167,3 +173,126 @@ def test_long_sections_split_by_pages(
         ("Only (pages 3–4)", 1, 3, 4),
         ("Only (pages 5–5)", 1, 5, 5),
     ]
+
+
+def _llm_kb(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider, path: Path, **extra: Any
+) -> list[tuple[str, int, Any]]:
+    allow_fake_key(conn)
+    client.create_knowledge_base(
+        path.stem,
+        {
+            "strategy": "page_index",
+            "extra": llm_extra(
+                provider, if_add_node_summary="no", if_add_doc_description="no", **extra
+            ),
+        },
+    )
+    client.add_file(path.stem, path)
+    run_worker(conn.info.dsn)
+    status = client.document_status(path.stem)[0]
+    assert status["status"] == "ready", status["error"]
+    return conn.execute(
+        "SELECT title, depth, page_start FROM kb.page_index_nodes WHERE kb = %s ORDER BY ordinal",
+        (path.stem,),
+    ).fetchall()
+
+
+WRAPPED = "2 A rather long chapter title that wraps onto a second line"
+
+
+def _irregular_toc(tmp_path: Path) -> Path:
+    body = (BODY, 10, "helv")
+    contents = (
+        "Contents\n1 Introduction ........ 1\n2 A rather long chapter title that\n"
+        "wraps onto a second line ........ 2\nChapter 3 Methods 3\n"
+    )
+    return _pdf(
+        tmp_path / "irregular.pdf",
+        [
+            [("A Field Manual", 24, "helv")],
+            [(contents, 10, "helv")],
+            [("1 Introduction", 10, "helv"), body],  # printed page 1 = physical page 3
+            [(WRAPPED, 10, "helv"), body],
+            [("Chapter 3 Methods", 10, "helv"), body],
+        ],
+    )
+
+
+def test_irregular_toc_lines_are_read_by_the_llm(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider, tmp_path: Path
+) -> None:
+    path = _irregular_toc(tmp_path)
+
+    def chat(body: dict[str, Any]) -> str:
+        prompt = last_user(body)
+        assert "could not be read" in prompt, prompt
+        assert "2 A rather long chapter title that\nChapter 3 Methods 3" in prompt
+        entries = [
+            {"title": "1 Introduction", "page": 1},
+            {"title": WRAPPED, "page": 2, "level": 1},
+            {"title": "Chapter 3 Methods", "page": 3, "level": 1},
+            {"title": "Appendix Z", "page": 9},  # not on the page: dropped
+        ]
+        return json.dumps({"entries": entries})
+
+    provider.chat = chat
+    tree = _llm_kb(client, conn, provider, path)
+    assert tree[1:] == [("1 Introduction", 0, 3), (WRAPPED, 0, 4), ("Chapter 3 Methods", 0, 5)]
+    assert len(provider.chat_calls) == 1  # one ToC page with irregular lines
+    source, detail = _structure(conn)
+    assert source == "printed_toc"
+    assert detail == {
+        "toc_pages": [2],
+        "page_offset": 2,
+        "toc_entries_read_by_llm": 3,
+        "toc_entries_dropped": 1,
+    }
+
+
+def test_irregular_toc_lines_without_an_llm_are_counted(
+    client: Client, conn: psycopg.Connection, tmp_path: Path
+) -> None:
+    tree = _tree(client, conn, _irregular_toc(tmp_path))
+    assert ("1 Introduction", 0, 3) in tree
+    source, detail = _structure(conn)
+    assert source == "printed_toc" and detail["toc_lines_unread"] == 2
+
+
+def test_structure_inferred_by_the_llm_and_small_parts_merged(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider, tmp_path: Path
+) -> None:
+    body = (BODY, 10, "helv")
+    path = _pdf(
+        tmp_path / "plain.pdf",
+        [
+            [("Overview", 10, "helv"), body],
+            [("Installation", 10, "helv"), body],
+            [("Usage", 10, "helv"), ("Run it.", 10, "helv")],  # too short to stand alone
+        ],
+    )
+    assert "pdf_headings" not in load_file(path).metadata  # nothing stands out in the layout
+
+    def chat(body: dict[str, Any]) -> str:
+        prompt = last_user(body)
+        pages = re.findall(r"<page (\d+)>\n(.*)", prompt)
+        assert [p for p, _ in pages] == ["1", "2", "3"]  # one group: the pages are short
+        heads = [{"title": line, "level": 1, "page": int(p)} for p, line in pages]
+        heads.append({"title": "Troubleshooting", "level": 1, "page": 2})  # not printed
+        return json.dumps({"headings": heads})
+
+    provider.chat = chat
+    tree = _llm_kb(client, conn, provider, path)
+    assert tree == [("Overview", 0, 1), ("Installation", 0, 2)]
+    rows = conn.execute(
+        "SELECT page_end, text FROM kb.page_index_nodes ORDER BY ordinal"
+    ).fetchall()
+    assert rows[1][0] == 3 and "Run it." in rows[1][1]  # Usage joined Installation
+    source, detail = _structure(conn)
+    assert source == "llm"
+    assert detail == {
+        "inferred_pages": 3,
+        "inferred_headings": 3,
+        "inferred_dropped": 1,
+        "merged_small_nodes": 1,
+    }

@@ -152,6 +152,58 @@ def test_toc_over_budget_is_preselected_with_bm25(
     assert "BM25-preselected" in (hits[0].note or "")
 
 
+def test_toc_over_budget_descends_level_by_level(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    allow_fake_key(conn)
+    client.create_knowledge_base(
+        "deep", {"strategy": "page_index", "extra": llm_extra(provider, if_add_node_summary="no")}
+    )
+    chapters = ["Rivers", "Mountains", "Deserts", "Oceans", "Glaciers", "Forests"]
+    text = ""
+    for c in chapters:
+        text += f"# {c}\nAn overview of {c.lower()}.\n"
+        for k in range(12):
+            text += f"## {c} topic {k}\nRemarks on {c.lower()} number {k}.\n"
+    text = text.replace("## Glaciers topic 7\n", "## How ice flows\n")
+    client.add_text("deep", "atlas", text)
+    run_worker(conn.info.dsn)
+    provider.chat_calls.clear()
+
+    def chat(body: dict[str, Any]) -> str:
+        prompt = last_user(body)
+        if "[d0:" in prompt and "How ice flows" in prompt:  # round 2: Glaciers' sections
+            ids = re.findall(r"\[(d0:\d{4})\] How ice flows", prompt)
+            return json.dumps({"node_ids": ids, "reasoning": "ice moves by flowing"})
+        if "[d0:" in prompt:  # round 1: the chapters; Glaciers has sub-sections
+            ids = re.findall(r"\[(d0:\d{4})\] Glaciers \[\+12\]", prompt)
+            return json.dumps({"node_ids": ids, "reasoning": "glaciers are ice"})
+        return default_chat(body)
+
+    provider.chat = chat
+    hits = client.search("deep", "how do glaciers move?", toc_token_budget=300)
+    assert [h.heading_path for h in hits] == [["Glaciers", "How ice flows"]]
+    first, second = provider.prompts()
+    assert "Glaciers [+12]" in first and "topic" not in first  # only the top level
+    assert "inside Glaciers" in second and "Rivers" not in second  # only Glaciers' level
+    explained = client.explain_search("deep", "how do glaciers move?", toc_token_budget=300)
+    assert (
+        "phase 2 descended 2 level(s) (ToC over budget), seeing 6, 12 sections"
+        in (explained[0]["note"])
+    )
+
+    # A section opened whose sub-sections the model does not pick is kept whole.
+    def keep_whole(body: dict[str, Any]) -> str:
+        prompt = last_user(body)
+        if "inside Glaciers" in prompt:
+            return json.dumps({"node_ids": [], "reasoning": "the chapter as a whole"})
+        return chat(body)
+
+    provider.chat = keep_whole
+    hits = client.search("deep", "glaciers in general", toc_token_budget=300)
+    assert [h.heading_path for h in hits] == [["Glaciers"]]
+
+
 def test_needs_an_llm(client: Client, conn: psycopg.Connection) -> None:
     client.create_knowledge_base("nollm", {"strategy": "page_index"})
     client.add_text("nollm", "guide", GUIDE)

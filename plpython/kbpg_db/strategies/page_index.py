@@ -44,6 +44,7 @@ class Node:
     summary_kind: str = "none"
     token_count: int = 0
     has_heading: bool = True  # False for a preamble or a part split off a long section
+    drawn: bool = False  # kbpg drew this boundary (a split part, an inferred heading)
 
     @property
     def end(self) -> int:
@@ -98,22 +99,38 @@ def tree_from_heads(title: str, text: str, heads: list[tuple[int, int, str]]) ->
     return roots
 
 
-def pdf_tree(doc: Document, extra: PageIndexExtra) -> tuple[list[Node], dict[str, Any]]:
-    """A PDF's tree from its outline, printed ToC or layout headings (no LLM)."""
+def pdf_tree(
+    doc: Document, extra: PageIndexExtra, llm: Llm | None, ctx: BuildContext
+) -> tuple[list[Node], dict[str, Any]]:
+    """A PDF's tree from its outline, printed ToC or layout headings; the LLM only for
+    ToC lines the pattern cannot read and for long stretches without any heading."""
     from kbpg_db.strategies import pdf_structure
 
     assert doc.page_starts is not None
     source, entries, details = pdf_structure.structure(
-        doc.content, doc.page_starts, doc.metadata, extra.toc_check_page_num
+        doc.content,
+        doc.page_starts,
+        doc.metadata,
+        extra.toc_check_page_num,
+        extra.max_page_num_each_node,
+        llm,
+        ctx.report,
     )
     heads = [(e.offset or 0, e.level, e.title) for e in entries]
     # Two entries at one offset (a title not found on its page): keep the first.
     heads = [h for i, h in enumerate(heads) if i == 0 or h[0] > heads[i - 1][0]]
-    return tree_from_heads(doc.title, doc.content, heads), {"structure": source, **details}
+    roots = tree_from_heads(doc.title, doc.content, heads)
+    if source in ("layout", "llm", "layout+llm"):
+        for node in _walk(roots):
+            node.drawn = node.has_heading
+    return roots, {"structure": source, **details}
 
 
-def split_long_pages(text: str, roots: list[Node], page_starts: list[int], max_pages: int) -> None:
-    """Leaves over ``max_pages`` pages get one child per ``max_pages`` pages."""
+def split_long_pages(
+    text: str, roots: list[Node], page_starts: list[int], max_pages: int, min_tokens: int
+) -> None:
+    """Leaves over ``max_pages`` pages get one child per ``max_pages`` pages; a last part
+    under ``min_tokens`` tokens stays with the one before."""
     for node in _walk(roots):
         if node.children:
             continue
@@ -124,6 +141,10 @@ def split_long_pages(text: str, roots: list[Node], page_starts: list[int], max_p
         base = _body_start(text, node)
         cuts = [base] + [page_starts[p - 1] for p in range(first + max_pages, last + 1, max_pages)]
         cuts = [c for c in cuts if c >= base]
+        if len(cuts) > 1 and tokens.count(text[cuts[-1] : node.own_end]) < min_tokens:
+            cuts.pop()
+        if len(cuts) < 2:
+            continue
         bounds = [*cuts, node.own_end]
         node.own_end = bounds[0]
         for k in range(len(cuts)):
@@ -280,8 +301,56 @@ def split_oversized(
         node.own_end = bounds[0]
         for k, (head, at) in enumerate(points):
             node.children.append(
-                Node(head, node.level + 1, at, bounds[k + 1], parent=node, has_heading=False)
+                Node(
+                    head,
+                    node.level + 1,
+                    at,
+                    bounds[k + 1],
+                    parent=node,
+                    has_heading=False,
+                    drawn=True,
+                )
             )
+
+
+def merge_small(text: str, roots: list[Node], min_tokens: int, max_tokens: int) -> int:
+    """A leaf under ``min_tokens`` tokens whose boundary kbpg drew joins its previous
+    sibling when that is a leaf (or, as a first child, its parent), as long as the result
+    stays within ``max_tokens``. Sections the document itself names are never merged.
+    Returns how many nodes were merged."""
+    merged = 0
+
+    def small(node: Node) -> bool:
+        return (
+            node.drawn
+            and not node.children
+            and tokens.count(text[node.start : node.own_end]) < min_tokens
+        )
+
+    def fold(siblings: list[Node], parent: Node | None) -> None:
+        nonlocal merged
+        for n in siblings:
+            fold(n.children, n)
+        i = 0
+        while i < len(siblings):
+            node = siblings[i]
+            into = siblings[i - 1] if i else parent
+            if (
+                small(node)
+                and into is not None
+                and (into.children == [] if i else True)
+                and into.own_end == node.start
+                and tokens.count(text[into.start : node.own_end]) <= max_tokens
+            ):
+                into.own_end = node.own_end
+                del siblings[i]
+                merged += 1
+            else:
+                i += 1
+
+    if min_tokens > 0:
+        fold(roots, None)
+    return merged
 
 
 # --- summaries ------------------------------------------------------------------------------
@@ -412,12 +481,21 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     structure: dict[str, Any] = {"structure": "markdown_headings"}
     if doc.page_starts:
         ctx.report("reading the PDF's structure")
-        roots, structure = pdf_tree(doc, extra)
-        split_long_pages(text, roots, doc.page_starts, extra.max_page_num_each_node)
+        roots, structure = pdf_tree(doc, extra, llm, ctx)
+        split_long_pages(
+            text,
+            roots,
+            doc.page_starts,
+            extra.max_page_num_each_node,
+            extra.min_token_num_each_node,
+        )
     else:
         ctx.report("building the heading tree")
         roots = heading_tree(doc.title, text)
     split_oversized(text, roots, extra, llm, ctx)
+    merged = merge_small(text, roots, extra.min_token_num_each_node, extra.max_token_num_each_node)
+    if merged:
+        structure["merged_small_nodes"] = merged
     assign_ids(roots)
     nodes = _walk(roots)
     for node in nodes:
