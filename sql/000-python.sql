@@ -1,5 +1,11 @@
--- PL/Python entry points. Each body stays a few lines: make sure the kbpg_db package is
--- importable, import the module, pass plpy in, return.
+-- PL/Python entry points, in pairs. kb._py_<name> is the Python: a few lines that make
+-- sure the kbpg_db package is importable, import the module, pass plpy in, return.
+-- kb.<name> (or kb._<name>) is what SQL calls: PL/pgSQL that runs the Python and ends with
+-- the handler "reraise_expected" (a marker kbpg_db.sqlgen expands): an expected error (any
+-- SQLSTATE but 38000) is raised again as PostgreSQL's own errors read, the message without
+-- PL/Python's "plpy.Error: " prefix, DETAIL and HINT kept, no Python traceback in CONTEXT.
+-- An unexpected Python exception (38000, external_routine_exception) passes unchanged,
+-- traceback included.
 
 -- Composite types used by the Python functions below. Recreated only when missing.
 DO $$
@@ -83,8 +89,7 @@ COMMENT ON FUNCTION kb.python_init() IS
   'Puts kbpg''s PL/Python packages on sys.path (setting kb.python_path, default '
   '/usr/local/lib/kbpg/pythonX.Y); called by every PL/Python function of kb, once per session.';
 
-CREATE OR REPLACE FUNCTION kb.validate_config(kind text, config jsonb, strategy text DEFAULT NULL)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION kb._py_validate_config(kind text, config jsonb, strategy text) RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -92,12 +97,22 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.validate_config(plpy, kind, config, strategy)
 $$;
+CREATE OR REPLACE FUNCTION kb.validate_config(kind text, config jsonb, strategy text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_validate_config(kind, config, strategy);
+/*@reraise_expected*/
+END
+$$;
 COMMENT ON FUNCTION kb.validate_config(text, jsonb, text) IS
   'Validates an indexing_config or retrieval_config and returns it completed with defaults '
   '(a retrieval_config against the KB''s strategy when given); raises invalid_parameter_value '
   'naming each bad field.';
 
-CREATE OR REPLACE FUNCTION kb._check_defaults(kind text, config jsonb) RETURNS jsonb
+CREATE OR REPLACE FUNCTION kb._py_check_defaults(kind text, config jsonb) RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -105,11 +120,20 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.check_defaults(plpy, kind, config)
 $$;
+CREATE OR REPLACE FUNCTION kb._check_defaults(kind text, config jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_check_defaults(kind, config);
+/*@reraise_expected*/
+END
+$$;
 COMMENT ON FUNCTION kb._check_defaults(text, jsonb) IS
   'Internal: validates project defaults for kb.set_default_config.';
 
-CREATE OR REPLACE FUNCTION kb._complete_config(kind text, config jsonb, strategy text DEFAULT NULL)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION kb._py_complete_config(kind text, config jsonb, strategy text) RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -117,11 +141,20 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.complete_config(plpy, kind, config, strategy)
 $$;
+CREATE OR REPLACE FUNCTION kb._complete_config(kind text, config jsonb, strategy text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_complete_config(kind, config, strategy);
+/*@reraise_expected*/
+END
+$$;
 COMMENT ON FUNCTION kb._complete_config(text, jsonb, text) IS
   'Internal: a config over the project defaults (kb.setting), validated and completed.';
 
-CREATE OR REPLACE FUNCTION kb.preview_chunks(content text, indexing_config jsonb DEFAULT '{}')
-RETURNS SETOF kb.chunk_payload
+CREATE OR REPLACE FUNCTION kb._py_preview_chunks(content text, indexing_config jsonb) RETURNS SETOF kb.chunk_payload
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -129,12 +162,21 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.preview_chunks(plpy, content, indexing_config, None)
 $$;
+CREATE OR REPLACE FUNCTION kb.preview_chunks(content text, indexing_config jsonb DEFAULT '{}')
+RETURNS SETOF kb.chunk_payload
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM kb._py_preview_chunks(content, indexing_config);
+/*@reraise_expected*/
+END
+$$;
 COMMENT ON FUNCTION kb.preview_chunks(text, jsonb) IS
   'Shows how a text would be chunked with an indexing_config, storing nothing.';
 
-CREATE OR REPLACE FUNCTION kb._build_document(title text, content text, indexing_config jsonb,
-                                               page_starts integer[], metadata jsonb)
-RETURNS kb.build_result
+CREATE OR REPLACE FUNCTION kb._py_build_document(title text, content text, indexing_config jsonb,
+    page_starts integer[], metadata jsonb) RETURNS kb.build_result
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -142,19 +184,40 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.build_document(plpy, title, content, indexing_config, page_starts, metadata)
 $$;
+CREATE OR REPLACE FUNCTION kb._build_document(title text, content text, indexing_config jsonb,
+    page_starts integer[], metadata jsonb)
+RETURNS kb.build_result
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_build_document(title, content, indexing_config, page_starts, metadata);
+/*@reraise_expected*/
+END
+$$;
 COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb) IS
   'Internal: one step of indexing a document with its strategy (chunks and vectors, or a '
   'tree; LLM answers cached as they come).';
 
-CREATE OR REPLACE FUNCTION kb._prepare_query(indexing_config jsonb, retrieval_config jsonb,
-                                             overrides jsonb, query text)
-RETURNS kb.prepared_query
+CREATE OR REPLACE FUNCTION kb._py_prepare_query(indexing_config jsonb, retrieval_config jsonb,
+    overrides jsonb, query text) RETURNS kb.prepared_query
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.prepare_query(plpy, indexing_config, retrieval_config, overrides, query)
+$$;
+CREATE OR REPLACE FUNCTION kb._prepare_query(indexing_config jsonb, retrieval_config jsonb,
+    overrides jsonb, query text)
+RETURNS kb.prepared_query
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_prepare_query(indexing_config, retrieval_config, overrides, query);
+/*@reraise_expected*/
+END
 $$;
 COMMENT ON FUNCTION kb._prepare_query(jsonb, jsonb, jsonb, text) IS
   'Internal: validates per-call retrieval options and embeds the query when needed.';
@@ -173,8 +236,7 @@ $$;
 COMMENT ON FUNCTION kb.embed_query(text, text) IS
   'Embeds a text with the knowledge base''s embedding model (as used for queries).';
 
-CREATE OR REPLACE FUNCTION kb._rerank(retrieval_config jsonb, query text, documents text[])
-RETURNS double precision[]
+CREATE OR REPLACE FUNCTION kb._py_rerank(retrieval_config jsonb, query text, documents text[]) RETURNS double precision[]
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -182,10 +244,20 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.rerank(plpy, retrieval_config, query, documents)
 $$;
+CREATE OR REPLACE FUNCTION kb._rerank(retrieval_config jsonb, query text, documents text[])
+RETURNS double precision[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_rerank(retrieval_config, query, documents);
+/*@reraise_expected*/
+END
+$$;
 COMMENT ON FUNCTION kb._rerank(jsonb, text, text[]) IS
   'Internal: one cross-encoder score per document for the query (local ONNX or provider).';
 
-CREATE OR REPLACE FUNCTION kb.count_tokens(content text) RETURNS integer
+CREATE OR REPLACE FUNCTION kb._py_count_tokens(content text) RETURNS integer
 LANGUAGE plpython3u IMMUTABLE STRICT
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -193,11 +265,21 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.count_tokens(content)
 $$;
-COMMENT ON FUNCTION kb.count_tokens(text) IS 'Number of cl100k_base tokens in a text.';
+CREATE OR REPLACE FUNCTION kb.count_tokens(content text)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_count_tokens(content);
+/*@reraise_expected*/
+END
+$$;
+COMMENT ON FUNCTION kb.count_tokens(text) IS
+  'Number of cl100k_base tokens in a text.';
 
-CREATE OR REPLACE FUNCTION kb._assemble_context(rows jsonb, token_budget integer,
-                                                max_per_document integer)
-RETURNS kb.assembled_context
+CREATE OR REPLACE FUNCTION kb._py_assemble_context(rows jsonb, token_budget integer,
+    max_per_document integer) RETURNS kb.assembled_context
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -205,18 +287,39 @@ if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.assemble_context(plpy, rows, token_budget, max_per_document)
 $$;
+CREATE OR REPLACE FUNCTION kb._assemble_context(rows jsonb, token_budget integer,
+    max_per_document integer)
+RETURNS kb.assembled_context
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_assemble_context(rows, token_budget, max_per_document);
+/*@reraise_expected*/
+END
+$$;
 COMMENT ON FUNCTION kb._assemble_context(jsonb, integer, integer) IS
   'Internal: lays ranked rows out as cited context within a token budget.';
 
-CREATE OR REPLACE FUNCTION kb._tree_search(index_id bigint, query text, retrieval_config jsonb,
-                                           indexing_config jsonb)
-RETURNS SETOF kb.tree_hit
+CREATE OR REPLACE FUNCTION kb._py_tree_search(index_id bigint, query text, retrieval_config jsonb,
+    indexing_config jsonb) RETURNS SETOF kb.tree_hit
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.tree_search(plpy, index_id, query, retrieval_config, indexing_config)
+$$;
+CREATE OR REPLACE FUNCTION kb._tree_search(index_id bigint, query text, retrieval_config jsonb,
+    indexing_config jsonb)
+RETURNS SETOF kb.tree_hit
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM kb._py_tree_search(index_id, query, retrieval_config, indexing_config);
+/*@reraise_expected*/
+END
 $$;
 COMMENT ON FUNCTION kb._tree_search(bigint, text, jsonb, jsonb) IS
   'Internal: PageIndex Tree Search (LLM over the ToCs); the first row carries the note, what '

@@ -211,9 +211,18 @@ COMMENT ON FUNCTION kb.set_default_config(text, jsonb) IS
   'merges key by key). Existing KBs keep the config they recorded. ''{}'' clears them.';
 
 CREATE OR REPLACE FUNCTION kb.default_config(kind text) RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
-AS $$ SELECT coalesce((SELECT value FROM kb.setting WHERE name = kind), '{}') $$;
+AS $$
+BEGIN
+  IF kind IS NULL OR kind NOT IN ('indexing_config', 'retrieval_config') THEN
+    RAISE EXCEPTION 'unknown config kind "%" (expected indexing_config or retrieval_config)',
+                    coalesce(kind, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN coalesce((SELECT value FROM kb.setting WHERE name = kind), '{}');
+END
+$$;
 COMMENT ON FUNCTION kb.default_config(text) IS
   'The project-wide defaults set for indexing_config or retrieval_config (''{}'' when none).';
 
@@ -225,6 +234,11 @@ AS $$
 DECLARE
   v_n bigint;
 BEGIN
+  IF older_than < interval '0' THEN
+    RAISE EXCEPTION 'older_than must not be negative (got %)', older_than
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'e.g. interval ''30 days''; NULL purges every cached answer';
+  END IF;
   DELETE FROM kb.llm_call c
    WHERE (older_than IS NULL OR c.last_used_at < now() - older_than)
      AND (purge_llm_cache.model IS NULL OR c.model = purge_llm_cache.model);

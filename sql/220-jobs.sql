@@ -64,6 +64,19 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
+  IF coalesce(btrim(worker), '') = '' THEN
+    RAISE EXCEPTION 'worker must name the worker claiming the jobs'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_jobs IS NULL OR max_jobs NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION 'max_jobs must be between 1 and 1000 (got %)', coalesce(max_jobs::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF lease_seconds IS NULL OR lease_seconds <= 0 OR lease_seconds > 86400 THEN
+    RAISE EXCEPTION 'lease_seconds must be more than 0 and at most 86400 (got %)',
+                    coalesce(lease_seconds::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
   -- Jobs whose worker died after its last allowed attempt: give up on them.
   PERFORM kb._fail_job(j.id, coalesce(j.last_error, 'the worker running it stopped (lease expired)'), true)
      FROM kb.job j

@@ -248,14 +248,25 @@ class RetrievalConfig(_Strict):
         return self
 
 
-def _bounds(model: type[BaseModel] | None, name: str) -> tuple[Any, Any]:
-    """A numeric field's lower and upper bounds, from its Field(ge=..., le=...)."""
+def _range(model: type[BaseModel] | None, name: str) -> str | None:
+    """A numeric field's range in words, from its Field(ge/gt=..., le/lt=...):
+    "between 1 and 1000", "more than 0.0 and at most 10000.0"; None unless both ends."""
     info = model.model_fields.get(name) if model is not None else None
     low = high = None
     for m in info.metadata if info is not None else []:
-        low = getattr(m, "ge", getattr(m, "gt", low))
-        high = getattr(m, "le", getattr(m, "lt", high))
-    return low, high
+        if getattr(m, "ge", None) is not None:
+            low = ("", m.ge)
+        elif getattr(m, "gt", None) is not None:
+            low = ("more than ", m.gt)
+        if getattr(m, "le", None) is not None:
+            high = ("", m.le)
+        elif getattr(m, "lt", None) is not None:
+            high = ("less than ", m.lt)
+    if low is None or high is None:
+        return None
+    if not low[0] and not high[0]:
+        return f"between {low[1]} and {high[1]}"
+    return f"{low[0] or 'at least '}{low[1]} and {high[0] or 'at most '}{high[1]}"
 
 
 def _got(value: Any) -> str:
@@ -269,9 +280,9 @@ def phrase_error(err: Any, model: type[BaseModel] | None = None, prefix: str = "
     kind = err["type"]
     got = _got(err.get("input"))
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        low, high = _bounds(model, loc[-1]) if len(loc) == 1 else (None, None)
-        if low is not None and high is not None:
-            return f"{field} must be between {low} and {high} (got {got})"
+        span = _range(model, loc[-1]) if len(loc) == 1 else None
+        if span is not None:
+            return f"{field} must be {span} (got {got})"
         bound = next(iter(err.get("ctx", {}).values()), "?")
         words = {
             "greater_than_equal": "at least",
@@ -332,6 +343,11 @@ MODELS: dict[str, type[BaseModel]] = {
 }
 
 
+def one_of(values: tuple[str, ...], last: str = "or") -> str:
+    """'a, b or c'."""
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} {last} {values[-1]}"
+
+
 def validate(
     kind: str, value: dict[str, Any] | None, strategy: str | None = None
 ) -> dict[str, Any]:
@@ -340,6 +356,14 @@ def validate(
     A retrieval_config is checked against the KB's ``strategy`` when given: its method
     defaults to the strategy's first one, and a method the strategy cannot serve is an error.
     """
+    if kind not in MODELS:
+        raise ConfigError(
+            "config", [f'unknown config kind "{kind}" (expected {one_of(tuple(MODELS))})']
+        )
+    if strategy is not None and strategy not in STRATEGIES:
+        raise ConfigError(
+            kind, [f'unknown strategy "{strategy}" (expected {one_of(tuple(STRATEGIES))})']
+        )
     model = MODELS[kind]
     if value is not None and not isinstance(value, dict):
         raise ConfigError(kind, [f"{kind} must be a JSON object, not {type(value).__name__}"])
@@ -352,7 +376,7 @@ def validate(
                 kind,
                 [
                     f'method "{value["method"]}" is not available for a {strategy} knowledge '
-                    f"base (it serves {' and '.join(methods)})"
+                    f"base (it serves {one_of(methods, 'and')})"
                 ],
             )
     try:

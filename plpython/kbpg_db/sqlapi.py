@@ -1,15 +1,17 @@
 """The bridge between SQL and the modules here: each function takes ``plpy`` first.
 
 The ``LANGUAGE plpython3u`` bodies in ``sql/`` call exactly one function of this
-module; arguments arrive as PL/Python gives them (jsonb as text), and errors leave as
-``plpy.error`` with a specific SQLSTATE.
+module; arguments arrive as PL/Python gives them (jsonb as text), and expected errors
+leave through :func:`fail` with a specific SQLSTATE. The SQL wrappers in
+``sql/000-python.sql`` re-raise those without PL/Python's ``plpy.Error:`` prefix and
+traceback; an unexpected exception keeps both, under SQLSTATE 38000.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 INVALID_PARAMETER = "22023"  # invalid_parameter_value
 DATA_EXCEPTION = "22000"
@@ -24,7 +26,17 @@ def _json(value: Any) -> Any:
     return value
 
 
-def config_error(plpy: Any, exc: Any) -> None:
+def fail(
+    plpy: Any, message: str, sqlstate: str, detail: str | None = None, hint: str | None = None
+) -> NoReturn:
+    """Raise an expected error: the message says what is wrong, DETAIL and HINT only when
+    there is something to add (PL/Python would print a missing one as "None")."""
+    extra = {k: v for k, v in (("detail", detail), ("hint", hint)) if v}
+    plpy.error(message, sqlstate=sqlstate, **extra)
+    raise AssertionError("plpy.error returned")
+
+
+def config_error(plpy: Any, exc: Any) -> NoReturn:
     """Raise a config error as PostgreSQL would: the first problem as the message, every
     problem in DETAIL when there are several."""
     problems = getattr(exc, "problems", None) or [str(exc)]
@@ -32,12 +44,12 @@ def config_error(plpy: Any, exc: Any) -> None:
     detail = None
     if len(problems) > 1:
         detail = f"{len(problems)} problems in {kind}: " + "; ".join(problems)
-    plpy.error(
-        problems[0],
-        detail=detail,
-        hint=f"the README lists the {kind} fields and their ranges",
-        sqlstate=INVALID_PARAMETER,
+    hint = (
+        "kind is indexing_config or retrieval_config"
+        if kind == "config"
+        else f"the README lists the {kind} fields and their ranges"
     )
+    fail(plpy, problems[0], INVALID_PARAMETER, detail, hint)
 
 
 def _config_or_error(
@@ -49,7 +61,6 @@ def _config_or_error(
         return config.validate(kind, _json(value), strategy)
     except ValueError as exc:
         config_error(plpy, exc)
-        raise  # plpy.error raises; this keeps type checkers content
 
 
 def validate_config(plpy: Any, kind: str, value: Any, strategy: str | None = None) -> str:
@@ -116,8 +127,7 @@ def preview_chunks(
     try:
         return chunk_embed.chunk_rows(content, cfg, page_starts)
     except ValueError as exc:
-        plpy.error(str(exc), sqlstate=INVALID_PARAMETER)
-        raise
+        fail(plpy, str(exc), INVALID_PARAMETER)
 
 
 def _step_seconds(plpy: Any) -> float:
@@ -190,9 +200,9 @@ def build_document(
         stage = progress[-1] if progress else "indexing"
         out["error"] = f'document "{title}": {cfg.strategy}, while {stage}: {exc}'
     except ValueError as exc:
-        plpy.error(str(exc), sqlstate=DATA_EXCEPTION)
+        fail(plpy, str(exc), DATA_EXCEPTION)
     except RuntimeError as exc:
-        plpy.error(f"embedding failed: {exc}", sqlstate=EXTERNAL_FAILURE)
+        fail(plpy, f"embedding failed: {exc}", EXTERNAL_FAILURE)
     else:
         out.update(
             chunks=built.chunks,
@@ -244,7 +254,7 @@ def prepare_query(
         )
     except Exception as exc:
         if cfg["method"] == "vector":
-            plpy.error(f"could not embed the query: {exc}", sqlstate=EXTERNAL_FAILURE)
+            fail(plpy, f"could not embed the query: {exc}", EXTERNAL_FAILURE)
         out["note"] = f"vector channel unavailable ({exc}); results from full_text only"
         plpy.warning(out["note"])
     return out
@@ -295,12 +305,13 @@ def tree_search(
     cfg = _json(retrieval_config)
     settings = _indexing(indexing_config).llm()
     if not settings.model:
-        plpy.error(
+        fail(
+            plpy,
             "tree_search needs an LLM, and this knowledge base has none",
-            detail="its indexing_config.extra.model is not set",
-            hint='reindex with indexing_config => \'{"strategy": "page_index", '
+            INVALID_PARAMETER,
+            "its indexing_config.extra.model is not set",
+            'reindex with indexing_config => \'{"strategy": "page_index", '
             '"extra": {"model": "..."}}\'',
-            sqlstate=INVALID_PARAMETER,
         )
     key = api_key(plpy, settings.api_key_name or _default_key_name(settings.model or ""))
     layer = llm.Llm(
@@ -317,8 +328,7 @@ def tree_search(
             int(cfg["toc_token_budget"]),
         )
     except llm.LlmError as exc:
-        plpy.error(f"tree_search failed: {exc}", sqlstate=EXTERNAL_FAILURE)
-        raise
+        fail(plpy, f"tree_search failed: {exc}", EXTERNAL_FAILURE)
     phases = json.dumps(out.phases)
     usage = json.dumps(layer.usage.as_json())
     rows = [
@@ -357,10 +367,9 @@ def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -
     try:
         return reranking.rerank(model, query, list(documents), cfg.get("rerank_api_base"), key)
     except ValueError as exc:
-        plpy.error(str(exc), sqlstate=INVALID_PARAMETER)
+        fail(plpy, str(exc), INVALID_PARAMETER)
     except Exception as exc:
-        plpy.error(f"rerank failed: {exc}", sqlstate=EXTERNAL_FAILURE)
-    raise AssertionError("unreachable")
+        fail(plpy, f"rerank failed: {exc}", EXTERNAL_FAILURE)
 
 
 def count_tokens(text: str) -> int:

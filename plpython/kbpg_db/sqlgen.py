@@ -54,6 +54,32 @@ def search_options() -> tuple[str, ...]:
     return (*(p for p, _, _ in retrieval_parameters()), "options")
 
 
+# The exception handler every PL/pgSQL wrapper of a PL/Python function ends with
+# (sql/000-python.sql): expected errors raised again without PL/Python's "plpy.Error: "
+# prefix and traceback; an unexpected Python exception (38000) passes unchanged. RAISE
+# refuses a NULL option, hence one branch per DETAIL/HINT combination.
+RERAISE_EXPECTED = """EXCEPTION
+  WHEN SQLSTATE '38000' THEN RAISE;
+  WHEN OTHERS THEN
+    DECLARE
+      s text; m text; d text; h text;
+    BEGIN
+      GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT,
+                              d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
+      m := regexp_replace(m, '^((plpy|spiexceptions)\\.[A-Za-z]+: )+', '');
+      d := nullif(d, '');
+      h := nullif(h, '');
+      IF d IS NOT NULL AND h IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = s, MESSAGE = m, DETAIL = d, HINT = h;
+      ELSIF d IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = s, MESSAGE = m, DETAIL = d;
+      ELSIF h IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = s, MESSAGE = m, HINT = h;
+      END IF;
+      RAISE EXCEPTION USING ERRCODE = s, MESSAGE = m;
+    END;"""
+
+
 def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
@@ -66,6 +92,7 @@ def macros() -> dict[str, str]:
         "retrieval_object": ", ".join(f"'{f}', {p}" for p, f, _ in params),
         "max_document_bytes": str(config.MAX_DOCUMENT_BYTES),
         "usage_modes": _quoted(config.USAGE_MODES),
+        "reraise_expected": RERAISE_EXPECTED,
     }
 
 

@@ -415,5 +415,10 @@ def test_version_handshake(conn: psycopg.Connection, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as fresh:
         with pytest.raises(psycopg.Error) as info:
             fresh.execute("SELECT kb.count_tokens('hello')")
-    assert info.value.sqlstate == "KB003"
-    assert "schema is version 0.0.1 but its PL/Python package is version" in str(info.value)
+    diag = info.value.diag
+    assert diag.sqlstate == "KB003"
+    assert (diag.message_primary or "").startswith(
+        "kbpg's schema is version 0.0.1 but its PL/Python package is version"
+    )
+    assert diag.message_hint and "kbpg migrate" in diag.message_hint
+    assert "Traceback" not in (diag.context or "")
