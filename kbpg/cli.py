@@ -143,14 +143,20 @@ def cmd_kb_create(args: argparse.Namespace) -> int:
         if value is not None:
             icfg[key] = value
     with _client(args) as client:
-        kb_id = client.create_knowledge_base(args.name, icfg, rcfg, args.description or "")
+        kb_id = client.create_knowledge_base(
+            args.name, icfg, rcfg, args.description or "", args.team, args.private
+        )
     print(f"created knowledge base {args.name!r} (id {kb_id})")
     return 0
 
 
 def cmd_kb_list(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        _print_table(client.list_knowledge_bases())
+        _print_table(
+            client.list_knowledge_bases(
+                include_shared=not args.no_shared, own_only=args.own_only, team=args.team
+            )
+        )
     return 0
 
 
@@ -374,8 +380,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--chunk-overlap", dest="chunk_overlap", type=int)
     c.add_argument("--embedding-model", dest="embedding_model")
     c.add_argument("--description")
+    c.add_argument("--team", help="the team it belongs to (default: your only team)")
+    c.add_argument("--private", action="store_true", help="visible to you only")
     c.set_defaults(func=cmd_kb_create)
-    kbs.add_parser("list", help="list knowledge bases").set_defaults(func=cmd_kb_list)
+    ls = kbs.add_parser("list", help="the knowledge bases you can read")
+    ls.add_argument("--own-only", action="store_true", help="your team's own, not shared ones")
+    ls.add_argument("--no-shared", action="store_true", help="leave out KBs shared with you")
+    ls.add_argument("--team", help="one of your teams only")
+    ls.set_defaults(func=cmd_kb_list)
     s = kbs.add_parser("show", help="a knowledge base and its documents")
     s.add_argument("name")
     s.set_defaults(func=cmd_kb_show)

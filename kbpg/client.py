@@ -113,6 +113,10 @@ def _first(column: str, cast: Callable[[Any], Any] = lambda v: v) -> Callable[[A
     return lambda rows: cast(rows[0][column])
 
 
+def _none(rows: list[dict[str, Any]]) -> None:
+    return None
+
+
 class _Api:
     """Every method of the client API, once: each returns the :class:`Call` to run."""
 
@@ -122,10 +126,19 @@ class _Api:
         indexing_config: dict[str, Any] | None = None,
         retrieval_config: dict[str, Any] | None = None,
         description: str = "",
+        team: str | None = None,
+        private: bool = False,
     ) -> Call:
         return Call(
-            "SELECT kb.create_knowledge_base($1, $2::jsonb, $3::jsonb, $4) AS id",
-            [name, Json(indexing_config or {}), Json(retrieval_config or {}), description],
+            "SELECT kb.create_knowledge_base($1, $2::jsonb, $3::jsonb, $4, $5, $6) AS id",
+            [
+                name,
+                Json(indexing_config or {}),
+                Json(retrieval_config or {}),
+                description,
+                team,
+                private,
+            ],
             _first("id", int),
         )
 
@@ -136,8 +149,38 @@ class _Api:
         )
 
     @staticmethod
-    def list_knowledge_bases() -> Call:
-        return Call("SELECT * FROM kb.list_knowledge_bases()", [])
+    def list_knowledge_bases(
+        include_shared: bool = True, own_only: bool = False, team: str | None = None
+    ) -> Call:
+        return Call(
+            "SELECT * FROM kb.list_knowledge_bases($1, $2, $3)", [include_shared, own_only, team]
+        )
+
+    @staticmethod
+    def create_team(name: str) -> Call:
+        return Call("SELECT kb.create_team($1) AS id", [name], _first("id", int))
+
+    @staticmethod
+    def add_team_member(team: str, member: str, role: str = "member") -> Call:
+        return Call("SELECT kb.add_team_member($1, $2, $3)", [team, member, role], _none)
+
+    @staticmethod
+    def remove_team_member(team: str, member: str) -> Call:
+        return Call(
+            "SELECT kb.remove_team_member($1, $2) AS ok", [team, member], _first("ok", bool)
+        )
+
+    @staticmethod
+    def list_teams() -> Call:
+        return Call("SELECT * FROM kb.list_teams()", [])
+
+    @staticmethod
+    def share_knowledge_base(kb: str, team: str) -> Call:
+        return Call("SELECT kb.share_knowledge_base($1, $2)", [kb, team], _none)
+
+    @staticmethod
+    def unshare_knowledge_base(kb: str, team: str) -> Call:
+        return Call("SELECT kb.unshare_knowledge_base($1, $2)", [kb, team], _none)
 
     @staticmethod
     def knowledge_base(name: str) -> Call:

@@ -59,7 +59,9 @@ CREATE OR REPLACE FUNCTION kb.create_knowledge_base(
     name text,
     indexing_config jsonb DEFAULT '{}',
     retrieval_config jsonb DEFAULT '{}',
-    description text DEFAULT ''
+    description text DEFAULT '',
+    team text DEFAULT NULL,
+    private boolean DEFAULT false
 ) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -69,7 +71,9 @@ DECLARE
   v_rcfg jsonb;
   v_id   integer;
   v_ix   kb.kb_index;
+  v_team integer;
 BEGIN
+  v_team := kb._team_for_new_kb(team);
   IF name IS NULL OR btrim(name) = '' THEN
     RAISE EXCEPTION 'knowledge base name must not be empty' USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -77,7 +81,8 @@ BEGIN
     RAISE EXCEPTION 'knowledge base name is % characters; the limit is 200', length(name)
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF EXISTS (SELECT 1 FROM kb.knowledge_base k WHERE k.name = create_knowledge_base.name) THEN
+  IF EXISTS (SELECT 1 FROM kb.knowledge_base k WHERE k.name = create_knowledge_base.name)
+     OR kb._kb_name_taken(name) THEN
     RAISE EXCEPTION 'knowledge base "%" already exists', name
       USING ERRCODE = 'unique_violation', HINT = 'pick another name or drop the existing one';
   END IF;
@@ -85,9 +90,10 @@ BEGIN
   v_rcfg := kb._complete_config('retrieval_config', retrieval_config, v_icfg->>'strategy');
   PERFORM kb._check_text_search_config(v_icfg->>'text_search_config');
   INSERT INTO kb.knowledge_base (name, description, indexing_config, retrieval_config,
-                                 embedding_model, embedding_dim)
+                                 embedding_model, embedding_dim, team_id, visibility, created_by)
   VALUES (create_knowledge_base.name, coalesce(description, ''), v_icfg, v_rcfg,
-          v_icfg->>'embedding_model', kb._config_dimensions(v_icfg))
+          v_icfg->>'embedding_model', kb._config_dimensions(v_icfg), v_team,
+          CASE WHEN private THEN 'private' ELSE 'team' END, current_user)
   RETURNING id INTO v_id;
   v_ix := kb._create_index(v_id, v_icfg);
   UPDATE kb.kb_index SET status = 'active', activated_at = now() WHERE id = v_ix.id;
@@ -95,10 +101,57 @@ BEGIN
   RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION kb.create_knowledge_base(text, jsonb, jsonb, text) IS
-  'Creates a knowledge base. Its configs are laid over the project defaults '
+COMMENT ON FUNCTION kb.create_knowledge_base(text, jsonb, jsonb, text, text, boolean) IS
+  'Creates a knowledge base of a team (team => name; default: your only team) or, with '
+  'private => true, one only you see. Its configs are laid over the project defaults '
   '(kb.set_default_config), validated and recorded complete, so later default changes never '
   'alter it. indexing_config.strategy picks the index strategy. Returns its id.';
+
+CREATE OR REPLACE FUNCTION kb._team_for_new_kb(p_team text) RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ids   integer[];
+  v_names text[];
+BEGIN
+  SELECT array_agg(t.id ORDER BY t.name), array_agg(t.name ORDER BY t.name)
+    INTO v_ids, v_names
+    FROM kb.team t JOIN kb.team_member m ON m.team_id = t.id AND m.member = current_user
+   WHERE p_team IS NULL OR t.name = p_team;
+  IF coalesce(array_length(v_ids, 1), 0) = 1 THEN
+    RETURN v_ids[1];
+  END IF;
+  IF p_team IS NOT NULL THEN
+    IF kb._sees_all(current_user) THEN
+      RETURN (kb._get_team(p_team)).id;
+    END IF;
+    RAISE EXCEPTION 'role "%" is not a member of team "%"', current_user, p_team
+      USING ERRCODE = 'insufficient_privilege', HINT = 'kb.list_teams() lists yours';
+  END IF;
+  IF v_ids IS NULL THEN
+    IF kb._sees_all(current_user) THEN
+      RETURN (kb._get_team('default')).id;
+    END IF;
+    RAISE EXCEPTION 'role "%" belongs to no team', current_user
+      USING ERRCODE = 'insufficient_privilege',
+            HINT = 'create one with kb.create_team(name), or ask a team admin to add you';
+  END IF;
+  RAISE EXCEPTION 'role "%" belongs to several teams (%); say which', current_user,
+                  array_to_string(v_names, ', ')
+    USING ERRCODE = 'invalid_parameter_value', HINT = 'name it with the team argument';
+END
+$$;
+COMMENT ON FUNCTION kb._team_for_new_kb(text) IS
+  'Internal: the team a new KB goes to: the one named (you must be in it), else your only team.';
+
+CREATE OR REPLACE FUNCTION kb._kb_name_taken(p_name text) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT EXISTS (SELECT 1 FROM kb.knowledge_base k WHERE k.name = p_name) $$;
+COMMENT ON FUNCTION kb._kb_name_taken(text) IS
+  'Internal: knowledge base names are unique across teams; says whether one is taken (only '
+  'that, for a name another team uses).';
 
 CREATE OR REPLACE FUNCTION kb.drop_knowledge_base(name text, if_exists boolean DEFAULT false)
 RETURNS boolean
@@ -106,14 +159,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
+  v_kb kb.knowledge_base;
   v_id integer;
   v_ix bigint;
 BEGIN
-  SELECT id INTO v_id FROM kb.knowledge_base k WHERE k.name = drop_knowledge_base.name FOR UPDATE;
+  SELECT * INTO v_kb FROM kb.knowledge_base k WHERE k.name = drop_knowledge_base.name;
   IF NOT FOUND THEN
     IF if_exists THEN RETURN false; END IF;
     PERFORM kb._get_kb(name);
   END IF;
+  PERFORM kb._require_manage(v_kb, 'drop');
+  SELECT id INTO v_id FROM kb.knowledge_base k WHERE k.id = v_kb.id FOR UPDATE;
   UPDATE kb.knowledge_base SET active_index_id = NULL WHERE id = v_id;
   FOR v_ix IN SELECT id FROM kb.kb_index WHERE kb_id = v_id LOOP
     PERFORM kb._drop_index(v_ix);
@@ -134,7 +190,7 @@ DECLARE
   v_cfg jsonb;
   v_kb  kb.knowledge_base;
 BEGIN
-  v_kb := kb._get_kb(kb_name);
+  v_kb := kb._get_kb_for_write(kb_name);
   v_cfg := kb.validate_config('retrieval_config', retrieval_config, v_kb.indexing_config->>'strategy');
   UPDATE kb.knowledge_base SET retrieval_config = v_cfg, updated_at = now() WHERE name = kb_name;
   RETURN v_cfg;
@@ -168,23 +224,48 @@ $$;
 CREATE OR REPLACE TRIGGER knowledge_base_check BEFORE UPDATE ON kb.knowledge_base
   FOR EACH ROW EXECUTE FUNCTION kb._knowledge_base_check();
 
-CREATE OR REPLACE FUNCTION kb.list_knowledge_bases()
+CREATE OR REPLACE FUNCTION kb.list_knowledge_bases(include_shared boolean DEFAULT true,
+                                                   own_only boolean DEFAULT false,
+                                                   team text DEFAULT NULL)
 RETURNS TABLE (name text, embedding_model text, embedding_dim integer, documents bigint,
-               ready bigint, pending bigint, failed bigint, chunks bigint, created_at timestamptz)
+               ready bigint, pending bigint, failed bigint, chunks bigint, created_at timestamptz,
+               team text, visibility text, created_by name, access text)
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+  WITH mine AS (
+    SELECT m.team_id FROM kb.team_member m JOIN kb.team t ON t.id = m.team_id
+     WHERE m.member = current_user AND (list_knowledge_bases.team IS NULL
+                                        OR t.name = list_knowledge_bases.team)
+  ), visible AS (
+    SELECT k.*,
+           CASE WHEN k.team_id IN (SELECT team_id FROM mine) OR k.created_by = current_user
+                  OR (kb._sees_all(current_user) AND list_knowledge_bases.team IS NULL)
+                THEN 'owner' ELSE 'shared' END AS access
+    FROM kb.knowledge_base k
+    WHERE (list_knowledge_bases.team IS NULL
+           OR k.team_id IN (SELECT team_id FROM mine)
+           OR k.id IN (SELECT s.kb_id FROM kb.kb_share s
+                        WHERE s.team_id IN (SELECT team_id FROM mine)))
+  )
   SELECT k.name, k.embedding_model, k.embedding_dim,
          count(d.id), count(d.id) FILTER (WHERE d.status = 'ready'),
          count(d.id) FILTER (WHERE d.status IN ('pending', 'indexing')),
          count(d.id) FILTER (WHERE d.status = 'error'),
          coalesce((SELECT i.n_chunks FROM kb.kb_index i WHERE i.id = k.active_index_id), 0),
-         k.created_at
-  FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
-  GROUP BY k.id ORDER BY k.name
+         k.created_at, kb._team_name(k.team_id), k.visibility, k.created_by,
+         CASE WHEN k.access = 'owner' THEN 'read_write' ELSE 'read_only' END
+  FROM visible k LEFT JOIN kb.document d ON d.kb_id = k.id
+  WHERE k.access = 'owner' OR (include_shared AND NOT own_only)
+  GROUP BY k.id, k.name, k.embedding_model, k.embedding_dim, k.created_at, k.team_id,
+           k.visibility, k.created_by, k.access, k.active_index_id
+  ORDER BY k.name
 $$;
-COMMENT ON FUNCTION kb.list_knowledge_bases() IS
-  'Every knowledge base with its model and document counts per status.';
+COMMENT ON FUNCTION kb.list_knowledge_bases(boolean, boolean, text) IS
+  'The knowledge bases you can read, with model, document counts per status, team, '
+  'visibility and access (read_write for your teams'' and your private ones, read_only for '
+  'those shared with your team). include_shared => false or own_only => true lists your '
+  'team''s own only; team => limits to one of your teams.';
 
 CREATE OR REPLACE FUNCTION kb.set_default_config(kind text, config jsonb) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE

@@ -19,7 +19,7 @@ DECLARE
   v_limit bigint := coalesce(nullif(current_setting('kb.max_document_bytes', true), '')::bigint,
                              /*@max_document_bytes*/52428800/*@*/);
 BEGIN
-  v_kb := kb._get_kb(kb);
+  v_kb := kb._get_kb_for_write(kb);
   IF title IS NULL OR btrim(title) = '' THEN
     RAISE EXCEPTION 'document title must not be empty' USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -108,7 +108,7 @@ DECLARE
   v_id bigint;
 BEGIN
   SELECT d.id INTO v_id FROM kb.document d
-   WHERE d.kb_id = (kb._get_kb(kb)).id AND d.title = delete_document.title;
+   WHERE d.kb_id = (kb._get_kb_for_write(kb)).id AND d.title = delete_document.title;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
       USING ERRCODE = 'no_data_found';
@@ -126,7 +126,7 @@ AS $$
 DECLARE
   v_kb kb.knowledge_base;
 BEGIN
-  v_kb := kb._get_kb(kb);
+  v_kb := kb._get_kb_for_write(kb);
   DELETE FROM kb.document d WHERE d.kb_id = v_kb.id AND d.id = delete_document.document_id;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'document % does not exist in knowledge base "%"', document_id, kb
@@ -146,7 +146,7 @@ DECLARE
   v_kb kb.knowledge_base;
   v_id bigint;
 BEGIN
-  v_kb := kb._get_kb(kb);
+  v_kb := kb._get_kb_for_write(kb);
   SELECT d.id INTO v_id FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = reindex_document.title
     FOR UPDATE;
   IF NOT FOUND THEN
@@ -162,7 +162,7 @@ $$;
 COMMENT ON FUNCTION kb.reindex_document(text, text) IS
   'Queues a document for indexing again; its current chunks serve until the new ones are ready.';
 
-CREATE OR REPLACE VIEW kb.document_status AS
+CREATE OR REPLACE VIEW kb.document_status WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.id AS document_id, d.title, d.status, d.usage_mode, d.chunk_count,
          d.attempts, d.error, d.tokens_embedded, d.embedding_cost_usd, d.source_uri,
          d.created_at, d.updated_at, d.indexed_at,
@@ -176,8 +176,9 @@ COMMENT ON VIEW kb.document_status IS
   'Every document with its indexing status, per KB: progress of a running job ("summarising '
   'nodes 12/40"), tokens embedded, and the LLM calls its index cost (calls paid; cache hits '
   'were free).';
+GRANT SELECT ON kb.document_status TO PUBLIC;  -- rows as the caller's policies allow
 
-CREATE OR REPLACE VIEW kb.knowledge_base_usage AS
+CREATE OR REPLACE VIEW kb.knowledge_base_usage WITH (security_invoker = true) AS
   SELECT k.name AS kb, count(d.id) AS documents, coalesce(sum(d.chunk_count), 0) AS chunks,
          coalesce(sum(d.tokens_embedded), 0) AS tokens_embedded,
          sum(d.embedding_cost_usd) AS embedding_cost_usd,
@@ -190,6 +191,7 @@ CREATE OR REPLACE VIEW kb.knowledge_base_usage AS
   GROUP BY k.name;
 COMMENT ON VIEW kb.knowledge_base_usage IS
   'Tokens embedded, LLM calls and tokens, and provider cost per KB.';
+GRANT SELECT ON kb.knowledge_base_usage TO PUBLIC;  -- rows as the caller's policies allow
 
 -- Chunks carry their document's metadata (filters read it there, next to the vectors);
 -- a direct UPDATE of kb.document.metadata by a DBA reaches them too.

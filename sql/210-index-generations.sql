@@ -29,10 +29,7 @@ BEGIN
   INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim)
   VALUES (p_kb_id, p_config, p_config->>'embedding_model', v_dim)
   RETURNING * INTO v_ix;
-  v_typ := kb._vector_type(v_dim);
-  EXECUTE format(
-    'CREATE INDEX %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) WHERE index_id = %s',
-    'embedding_hnsw_' || v_ix.id, v_typ, v_dim, v_typ || '_cosine_ops', v_ix.id);
+  PERFORM kb._hnsw_index(v_ix.id, true);
   RETURN v_ix;
 END
 $$;
@@ -44,7 +41,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
+  PERFORM kb._hnsw_index(p_index_id, false);
   -- Strategy tables first (they reference chunks).
   DELETE FROM kb.page_index_node WHERE index_id = p_index_id;
   DELETE FROM kb.page_index_toc WHERE index_id = p_index_id;
@@ -85,7 +82,7 @@ DECLARE
   v_ix  kb.kb_index;
   v_doc bigint;
 BEGIN
-  v_kb := kb._get_kb(kb);
+  v_kb := kb._get_kb_for_write(kb);
   PERFORM 1 FROM kb.knowledge_base WHERE id = v_kb.id FOR UPDATE;
   IF EXISTS (SELECT 1 FROM kb.kb_index WHERE kb_id = v_kb.id AND status = 'building') THEN
     RAISE EXCEPTION 'knowledge base "%" is already being reindexed', kb

@@ -31,7 +31,7 @@ $$;
 COMMENT ON FUNCTION kb._store_page_index(bigint, bigint, jsonb, jsonb) IS
   'Internal: writes one document''s PageIndex tree (nodes and ToC) for an index generation.';
 
-CREATE OR REPLACE VIEW kb.page_index_nodes AS
+CREATE OR REPLACE VIEW kb.page_index_nodes WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.title AS document, n.document_id, n.node_id, n.parent_id, n.depth,
          n.ordinal, n.title, c.heading_path AS title_path, n.summary, n.summary_kind,
          n.page_start, n.page_end, c.char_start, c.char_end, n.section_end, c.token_count,
@@ -44,6 +44,7 @@ COMMENT ON VIEW kb.page_index_nodes IS
   'The serving PageIndex nodes of every KB, in reading order per document, with their text, '
   'title path, summary and page range. char_start/char_end is the node''s own text; '
   'section_end where its whole section (children included) ends.';
+GRANT SELECT ON kb.page_index_nodes TO PUBLIC;  -- rows as the caller's policies allow
 
 CREATE OR REPLACE FUNCTION kb.tree_search(kb text, query text, top_k integer DEFAULT NULL,
                                           options jsonb DEFAULT NULL)

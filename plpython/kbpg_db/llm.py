@@ -306,14 +306,21 @@ def ask_validated(provider: Provider, req: Request) -> tuple[Any, Answer, Answer
 
 # --- the database side: cache and slots ------------------------------------------------------
 class CallCache:
-    """``kb.llm_call``: answers that validated, by request key. Read-only on the query path."""
+    """``kb.llm_call``: answers that validated, by request key. Read-only on the query path.
+
+    Anyone reads an answer by its exact key (``kb._llm_cache_get``: knowing the key means
+    knowing the whole request); only a role that sees every row (the indexing worker, which
+    connects as the schema owner) writes, so no team can plant answers for another. A build
+    run by another role still works; its answers are just not kept.
+    """
 
     def __init__(self, plpy: Any, writable: bool = True) -> None:
         self.plpy = plpy
+        if writable:
+            row = plpy.execute("SELECT kb._sees_all(current_user) AS trusted")
+            writable = bool(row[0]["trusted"])
         self.writable = writable
-        self._get = plpy.prepare(
-            "SELECT key, response FROM kb.llm_call WHERE key = ANY($1)", ["text[]"]
-        )
+        self._get = plpy.prepare("SELECT key, response FROM kb._llm_cache_get($1)", ["text[]"])
         self._put = (
             plpy.prepare(
                 "INSERT INTO kb.llm_call (key, model, purpose, request, response, prompt_tokens, "

@@ -255,6 +255,53 @@ CASES = [
         "query vector has 2 dimensions but the knowledge base stores 384 dimensions",
         hint="embed the query with the knowledge base's model",
     ),
+    Case(
+        "create_team",
+        "SELECT kb.create_team('')",
+        "22023",
+        "team name must be 1 to 200 characters",
+    ),
+    Case(
+        "add_team_member",
+        "SELECT kb.add_team_member('nope', 'postgres')",
+        "P0002",
+        'team "nope" does not exist',
+        hint="kb.list_teams() lists yours",
+    ),
+    Case(
+        "add_team_member",
+        "SELECT kb.add_team_member('default', 'no_such_role')",
+        "42704",
+        'role "no_such_role" does not exist',
+        hint="team members are PostgreSQL roles (CREATE ROLE)",
+    ),
+    Case(
+        "remove_team_member",
+        "SELECT kb.remove_team_member('default', current_user)",
+        "55006",
+        'role "postgres" is the last admin of team "default"',
+        hint="make another member admin first",
+    ),
+    Case(
+        "share_knowledge_base",
+        "SELECT kb.share_knowledge_base('docs', 'default')",
+        "KB011",
+        'kb_shared_with_owning_team: knowledge base "docs" belongs to team "default"',
+        hint="its own team has access already",
+    ),
+    Case(
+        "unshare_knowledge_base",
+        "SELECT kb.unshare_knowledge_base('docs', 'default')",
+        "P0002",
+        'knowledge base "docs" is not shared with team "default"',
+    ),
+    Case(
+        "knowledge_base_shares",
+        "SELECT * FROM kb.knowledge_base_shares('nope')",
+        "P0002",
+        NO_KB,
+        hint=LIST_HINT,
+    ),
     # Scoring building blocks: kb.search calls them with validated arguments; nonsense
     # arithmetic gets PostgreSQL's own error.
     Case("bm25_tf", "SELECT kb.bm25_tf(1, 1, 0, 1.2, 0.75)", "22012", "division by zero"),
@@ -263,7 +310,8 @@ CASES = [
 
 # Public functions that take no input that can be wrong, with the reason.
 NO_BAD_INPUT = {
-    "list_knowledge_bases": "no arguments",
+    "list_knowledge_bases": "any flags and team name give a listing (maybe empty)",
+    "list_teams": "no arguments",
     "queue_status": "no arguments",
     "python_init": "no arguments (its install errors: test_llm.py::test_version_handshake)",
     "count_tokens": "any text has a token count",
