@@ -389,8 +389,7 @@ def bench_rls(dsn: str, quick: bool) -> dict[str, Any]:
         if not scalar(conn, "SELECT 1 FROM pg_roles WHERE rolname = %s", (RLS_ROLE,)):
             conn.execute(f"CREATE ROLE {RLS_ROLE} NOLOGIN")
         if not scalar(conn, "SELECT 1 FROM kb.team WHERE name = 'bench-rls'"):
-            conn.execute("SELECT kb.create_team('bench-rls')")
-        conn.execute("SELECT kb.add_team_member('bench-rls', %s)", (RLS_ROLE,))
+            conn.execute("SELECT kb.create_team('bench-rls', acting_as => %s)", (RLS_ROLE,))
         conn.execute(
             "UPDATE kb.knowledge_base SET team_id = (SELECT id FROM kb.team WHERE name = "
             "'bench-rls') WHERE name = %s",

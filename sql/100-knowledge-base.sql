@@ -115,6 +115,10 @@ DECLARE
   v_ids   integer[];
   v_names text[];
 BEGIN
+  -- The owner and superusers (single-user installs, DBAs) create in "default" unless told.
+  IF p_team IS NULL AND kb._sees_all(current_user) THEN
+    RETURN (kb._get_team('default')).id;
+  END IF;
   SELECT array_agg(t.id ORDER BY t.name), array_agg(t.name ORDER BY t.name)
     INTO v_ids, v_names
     FROM kb.team t JOIN kb.team_member m ON m.team_id = t.id AND m.member = current_user
@@ -130,9 +134,6 @@ BEGIN
       USING ERRCODE = 'insufficient_privilege', HINT = 'kb.list_teams() lists yours';
   END IF;
   IF v_ids IS NULL THEN
-    IF kb._sees_all(current_user) THEN
-      RETURN (kb._get_team('default')).id;
-    END IF;
     RAISE EXCEPTION 'role "%" belongs to no team', current_user
       USING ERRCODE = 'insufficient_privilege',
             HINT = 'create one with kb.create_team(name), or ask a team admin to add you';
@@ -143,7 +144,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION kb._team_for_new_kb(text) IS
-  'Internal: the team a new KB goes to: the one named (you must be in it), else your only team.';
+  'Internal: the team a new KB goes to: the one named (you must be in it), else your only '
+  'team; for the owner and superusers, "default".';
 
 CREATE OR REPLACE FUNCTION kb._kb_name_taken(p_name text) RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER

@@ -173,13 +173,19 @@ BEGIN
                                   (v_cfg->>'rrf_k')::double precision)
                END AS fused
         FROM v FULL JOIN t ON t.chunk_id = v.chunk_id
+      ), miss AS (
+        -- BM25-only candidates still get their cosine similarity (for thresholds, explain):
+        -- one primary-key scan for all of them. (A join here was planned as a hash join that
+        -- read every row of kb.embedding, every KB's vectors; a probe per candidate ran the
+        -- row-level security lookup per candidate.)
+        SELECT e.chunk_id, 1 - (e.embedding <=> v_prep.embedding::vector) AS similarity
+        FROM kb.embedding e
+        WHERE v_prep.embedding IS NOT NULL
+          AND e.chunk_id = ANY (ARRAY(SELECT f.chunk_id FROM f WHERE f.vscore IS NULL))
       ), g AS (
-        -- BM25-only candidates still get their cosine similarity (for thresholds, explain).
-        SELECT f.chunk_id, f.vrank,
-               coalesce(f.vscore, CASE WHEN v_prep.embedding IS NOT NULL
-                                       THEN 1 - (e.embedding <=> v_prep.embedding::vector) END) AS vscore,
+        SELECT f.chunk_id, f.vrank, coalesce(f.vscore, m.similarity) AS vscore,
                f.trank, f.tscore, f.fused
-        FROM f LEFT JOIN kb.embedding e ON f.vscore IS NULL AND e.chunk_id = f.chunk_id
+        FROM f LEFT JOIN miss m ON m.chunk_id = f.chunk_id
       )
       SELECT ROW(g.chunk_id, g.vrank, g.vscore, g.trank, g.tscore,
                  row_number() OVER (ORDER BY g.fused DESC, g.chunk_id), g.fused,

@@ -441,3 +441,34 @@ def test_hostile_strings_change_nothing_they_may_not(
                         unexpected.append(f"{role}: {sql} with {s!r}: {exc.sqlstate} {exc}")
     assert not unexpected, "\n".join(unexpected[:20])
     assert snapshot() == before
+
+
+def test_which_team_a_new_kb_joins(world: World, conn: psycopg.Connection[Any]) -> None:
+    # The owner or a superuser in several teams still creates in "default" unless told.
+    conn.execute("SELECT kb.create_team(%s)", (f"{world.prefix}_ops",))
+    conn.execute("SELECT kb.create_knowledge_base(%s)", (f"{world.prefix}_mine",))
+    team = conn.execute(
+        "SELECT t.name FROM kb.knowledge_base k JOIN kb.team t ON t.id = k.team_id "
+        "WHERE k.name = %s",
+        (f"{world.prefix}_mine",),
+    ).fetchone()[0]
+    assert team == "default"
+    # A role in two teams says which; in none, it is told how to get one.
+    conn.execute(
+        "SELECT kb.add_team_member(%s, %s, acting_as => %s)",
+        (f"{world.prefix}_B", world.role("member"), world.role("shared")),
+    )
+    got = _state(world.conn("member"), "SELECT kb.create_knowledge_base('two')")
+    assert got == (
+        "22023",
+        f'role "{world.role("member")}" belongs to several teams ({world.prefix}_A, '
+        f"{world.prefix}_B); say which",
+    )
+    got = _state(world.conn("outsider"), "SELECT kb.create_knowledge_base('none')")
+    assert got == ("42501", f'role "{world.role("outsider")}" belongs to no team')
+    got = _state(
+        world.conn("outsider"),
+        "SELECT kb.create_knowledge_base('x', team => %s)",
+        f"{world.prefix}_A",
+    )
+    assert got[0] == "42501"
