@@ -387,7 +387,10 @@ def bench_rls(dsn: str, quick: bool) -> dict[str, Any]:
         build_synthetic_kb(conn, f"bench-rls-other-{big_n}", big_n)
         ix = build_synthetic_kb(conn, small, small_n, seed=1)
         if not scalar(conn, "SELECT 1 FROM pg_roles WHERE rolname = %s", (RLS_ROLE,)):
-            conn.execute(f"CREATE ROLE {RLS_ROLE} NOLOGIN")
+            try:
+                conn.execute(f"CREATE ROLE {RLS_ROLE} NOLOGIN")
+            except psycopg.errors.InsufficientPrivilege:
+                return {"skipped": f"needs a role that may CREATE ROLE {RLS_ROLE}"}
         if not scalar(conn, "SELECT 1 FROM kb.team WHERE name = 'bench-rls'"):
             conn.execute("SELECT kb.create_team('bench-rls', acting_as => %s)", (RLS_ROLE,))
         conn.execute(
