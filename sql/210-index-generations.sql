@@ -19,7 +19,6 @@ AS $$
 DECLARE
   v_ix  kb.kb_index;
   v_dim integer;
-  v_typ text;
 BEGIN
   v_dim := kb._config_dimensions(p_config);
   IF v_dim > 4000 THEN
