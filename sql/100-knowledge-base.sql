@@ -275,7 +275,8 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   IF kind IS NULL OR kind NOT IN ('indexing_config', 'retrieval_config') THEN
-    RAISE EXCEPTION 'kind must be indexing_config or retrieval_config, not %', coalesce(quote_literal(kind), 'NULL')
+    RAISE EXCEPTION 'unknown config kind "%" (expected indexing_config or retrieval_config)',
+                    coalesce(kind, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF config IS NULL OR jsonb_typeof(config) <> 'object' THEN

@@ -4,7 +4,8 @@ A ``/*@name*/`` marker in a SQL file (or ``/*@name*/stand-in/*@*/``, where the r
 needs a value to parse) is replaced by ``macros()[name]``, so each fact has one
 source: kb.search's and kb.explain_search's named parameters come from
 ``RetrievalConfig`` (adding a retrieval option is one edit to that model), and limits and
-vocabularies from ``config``. The files stay valid SQL as written (a marker is a comment).
+vocabularies from ``config``. The files stay valid SQL as written (a marker is a comment);
+a marker quoted in a ``--`` comment is left as written.
 """
 
 from __future__ import annotations
@@ -97,9 +98,13 @@ def macros() -> dict[str, str]:
 
 
 def expand(body: str) -> str:
+    """Every marker replaced, except those quoted in a ``--`` comment (left as written)."""
     table = macros()
 
     def one(m: re.Match[str]) -> str:
+        line_start = body.rfind("\n", 0, m.start()) + 1
+        if "--" in body[line_start : m.start()]:
+            return m.group(0)
         if m.group(1) not in table:
             raise KeyError(f"unknown SQL marker /*@{m.group(1)}*/")
         return table[m.group(1)]

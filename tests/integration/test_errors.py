@@ -158,6 +158,12 @@ CASES = [
         hint=README_IC,
     ),
     Case(
+        "set_default_config",
+        "SELECT kb.set_default_config('nope', '{}')",
+        "22023",
+        'unknown config kind "nope" (expected indexing_config or retrieval_config)',
+    ),
+    Case(
         "set_retrieval_config",
         "SELECT kb.set_retrieval_config('docs', '{\"rrf_k\": 0}')",
         "22023",
