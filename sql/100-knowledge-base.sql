@@ -81,8 +81,7 @@ BEGIN
     RAISE EXCEPTION 'knowledge base name is % characters; the limit is 200', length(name)
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF EXISTS (SELECT 1 FROM kb.knowledge_base k WHERE k.name = create_knowledge_base.name)
-     OR kb._kb_name_taken(name) THEN
+  IF kb._kb_name_taken(name) THEN  -- across teams: names are unique in the database
     RAISE EXCEPTION 'knowledge base "%" already exists', name
       USING ERRCODE = 'unique_violation', HINT = 'pick another name or drop the existing one';
   END IF;

@@ -39,9 +39,12 @@ def _pdf(path: Path, pages: list[list[tuple[str, float, str]]], toc: Any = None)
     return path
 
 
-def _tree(client: Client, conn: psycopg.Connection, path: Path) -> list[tuple[str, int, Any]]:
+def _tree(
+    client: Client, conn: psycopg.Connection, path: Path, extra: dict[str, Any] | None = None
+) -> list[tuple[str, int, Any]]:
+    """Index one PDF into a KB of its own; its nodes as (title, depth, start page)."""
     client.create_knowledge_base(
-        path.stem, {"strategy": "page_index", "extra": {"if_add_node_summary": "no"}}
+        path.stem, {"strategy": "page_index", "extra": extra or {"if_add_node_summary": "no"}}
     )
     client.add_file(path.stem, path)
     run_worker(conn.info.dsn)
@@ -179,23 +182,8 @@ def _llm_kb(
     client: Client, conn: psycopg.Connection, provider: FakeProvider, path: Path, **extra: Any
 ) -> list[tuple[str, int, Any]]:
     allow_fake_key(conn)
-    client.create_knowledge_base(
-        path.stem,
-        {
-            "strategy": "page_index",
-            "extra": llm_extra(
-                provider, if_add_node_summary="no", if_add_doc_description="no", **extra
-            ),
-        },
-    )
-    client.add_file(path.stem, path)
-    run_worker(conn.info.dsn)
-    status = client.document_status(path.stem)[0]
-    assert status["status"] == "ready", status["error"]
-    return conn.execute(
-        "SELECT title, depth, page_start FROM kb.page_index_nodes WHERE kb = %s ORDER BY ordinal",
-        (path.stem,),
-    ).fetchall()
+    settings = llm_extra(provider, if_add_node_summary="no", if_add_doc_description="no", **extra)
+    return _tree(client, conn, path, settings)
 
 
 WRAPPED = "2 A rather long chapter title that wraps onto a second line"

@@ -133,42 +133,23 @@ def printed_toc(text: str, spans: list[tuple[int, int]], check_pages: int) -> li
 
 
 # --- the LLM, where the document does not say -------------------------------------------------
-TOC_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "entries": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "title": {"type": "string"},
-                    "page": {"type": "integer"},
-                    "level": {"type": "integer"},
-                },
-                "required": ["title", "page"],
-            },
-        }
-    },
-    "required": ["entries"],
-}
-HEADINGS_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "headings": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "title": {"type": "string"},
-                    "level": {"type": "integer"},
-                    "page": {"type": "integer"},
-                },
-                "required": ["title", "level", "page"],
-            },
-        }
-    },
-    "required": ["headings"],
-}
+def _listing_schema(key: str, required: list[str]) -> dict[str, Any]:
+    """{"<key>": [{"title", "page", "level"}, ...]}: what both LLM steps answer."""
+    fields = {
+        "title": {"type": "string"},
+        "page": {"type": "integer"},
+        "level": {"type": "integer"},
+    }
+    item = {"type": "object", "properties": fields, "required": required}
+    return {
+        "type": "object",
+        "properties": {key: {"type": "array", "items": item}},
+        "required": [key],
+    }
+
+
+TOC_SCHEMA = _listing_schema("entries", ["title", "page"])
+HEADINGS_SCHEMA = _listing_schema("headings", ["title", "level", "page"])
 
 
 def _loose(title: str) -> re.Pattern[str]:
