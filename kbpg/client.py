@@ -53,6 +53,7 @@ class SearchResult:
     rerank_score: float | None
     note: str | None
     usage: dict[str, Any] | None = None  # what the query cost: embedding, rerank, LLM
+    expanded_from: int | None = None  # GraphIndex: the hit (chunk_id) that references this
 
     @property
     def source(self) -> str:
@@ -211,7 +212,7 @@ class _Api:
     def put(kb: str, doc: LoadedDocument) -> Call:
         return Call(
             "SELECT document_id, action FROM kb.put_document($1, $2, $3, $4::jsonb, $5, $6, "
-            "$7::integer[])",
+            "$7::integer[], $8::bytea, $9)",
             [
                 kb,
                 doc.title,
@@ -220,6 +221,8 @@ class _Api:
                 doc.source_uri,
                 doc.usage_mode,
                 doc.page_starts,
+                doc.file,
+                doc.file_name,
             ],
             lambda rows: PutResult(int(rows[0]["document_id"]), rows[0]["action"], doc.title),
         )

@@ -32,6 +32,8 @@ class LoadedDocument:
     source_uri: str | None = None
     page_starts: list[int] | None = None
     usage_mode: str = "rag"
+    file: bytes | None = None  # the original file, kept beside the text (PDFs)
+    file_name: str | None = None
 
 
 def max_bytes() -> int:
@@ -173,9 +175,11 @@ def load_file(
         )
     meta: dict[str, Any] = {}
     page_starts = None
+    original = None
     try:
         if suffix in PDF_SUFFIXES:
             content, page_starts, meta = load_pdf(path)
+            original = path.read_bytes()  # Doc2JSON's image mode renders its pages
         else:
             content = load_text(path)
     except OSError as exc:
@@ -194,6 +198,8 @@ def load_file(
         source_uri=path.resolve().as_uri(),
         page_starts=page_starts,
         usage_mode=usage_mode,
+        file=original,
+        file_name=path.name if original is not None else None,
     )
 
 

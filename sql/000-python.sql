@@ -176,26 +176,26 @@ COMMENT ON FUNCTION kb.preview_chunks(text, jsonb) IS
   'Shows how a text would be chunked with an indexing_config, storing nothing.';
 
 CREATE OR REPLACE FUNCTION kb._py_build_document(title text, content text, indexing_config jsonb,
-    page_starts integer[], metadata jsonb) RETURNS kb.build_result
+    page_starts integer[], metadata jsonb, file bytea) RETURNS kb.build_result
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.build_document(plpy, title, content, indexing_config, page_starts, metadata)
+return sqlapi.build_document(plpy, title, content, indexing_config, page_starts, metadata, file)
 $$;
 CREATE OR REPLACE FUNCTION kb._build_document(title text, content text, indexing_config jsonb,
-    page_starts integer[], metadata jsonb)
+    page_starts integer[], metadata jsonb, file bytea DEFAULT NULL)
 RETURNS kb.build_result
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN kb._py_build_document(title, content, indexing_config, page_starts, metadata);
+  RETURN kb._py_build_document(title, content, indexing_config, page_starts, metadata, file);
 /*@reraise_expected*/
 END
 $$;
-COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb) IS
+COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb, bytea) IS
   'Internal: one step of indexing a document with its strategy (chunks and vectors, or a '
   'tree; LLM answers cached as they come).';
 

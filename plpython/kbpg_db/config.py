@@ -8,12 +8,11 @@ wherever it is caught. Unknown fields are errors, not silently ignored.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from kbpg_db import __version__
 
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024  # kb.max_document_bytes' default; loaders use it too
 USAGE_MODES = ("rag", "system", "policy")
@@ -102,20 +101,156 @@ class PageIndexExtra(LlmSettings):
     )
 
 
+class GraphIndexExtra(PageIndexExtra):
+    """GraphIndex: the PageIndex tree plus the cross-references between its sections."""
+
+    enrichment: Literal["auto", "all", "rules"] = Field(
+        "auto",
+        description="which sections the LLM reads for references: auto, those whose "
+        "reference-like wording the rules left unresolved; all, every section with text; "
+        "rules, none (explicit references only)",
+    )
+    enrichment_model: str | None = Field(
+        None, min_length=1, max_length=200, description="the LLM for references; default model"
+    )
+    max_references_per_node: int = Field(20, ge=1, le=200)
+
+
+FIELD_TYPES = ("string", "number", "integer", "boolean", "array", "object")
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class SchemaField:
+    """One field of a Doc2JSON schema. An array has an ``item_type`` (and ``fields`` when
+    its items are objects); an object has ``fields``."""
+
+    name: str
+    type: str
+    description: str = ""
+    examples: tuple[Any, ...] = ()
+    item_type: str | None = None
+    fields: tuple[SchemaField, ...] = ()
+
+
+def _schema_fields(value: Any, prefix: str = "") -> tuple[SchemaField, ...]:
+    """A list of field specs, each checked; an error names the field by its path
+    (``line_items[].quantity``)."""
+    where = f'extra.json_schema field "{prefix[:-1]}"' if prefix else "extra.json_schema"
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{where}: fields must be a non-empty list")
+    out: list[SchemaField] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ValueError(f"{where}: fields[{i}] must be an object with name and type")
+        name = item.get("name")
+        if not isinstance(name, str) or not _FIELD_NAME.match(name) or len(name) > 100:
+            raise ValueError(
+                f"{where}: fields[{i}] has name {_got(name)}, not a valid field name (letters, "
+                "digits and _, not starting with a digit, at most 100 characters)"
+            )
+        path = f'extra.json_schema field "{prefix}{name}"'
+        unknown = sorted(set(item) - _FIELD_KEYS)
+        if unknown:
+            raise ValueError(f'{path}: unknown key "{unknown[0]}"')
+        kind = item.get("type")
+        if kind not in FIELD_TYPES:
+            raise ValueError(f"{path}: unknown type {_got(kind)} (expected {one_of(FIELD_TYPES)})")
+        description = item.get("description") or ""
+        if not isinstance(description, str) or len(description) > 2000:
+            raise ValueError(f"{path}: description must be text of at most 2000 characters")
+        examples = item.get("examples") or []
+        if not isinstance(examples, list) or len(examples) > 20:
+            raise ValueError(f"{path}: examples must be a list of at most 20 values")
+        item_type = item.get("item_type")
+        fields: tuple[SchemaField, ...] = ()
+        if kind == "array":
+            item_type = item_type or ("object" if item.get("items") else "string")
+            scalar_or_object = tuple(t for t in FIELD_TYPES if t != "array")
+            if item_type not in scalar_or_object:
+                raise ValueError(
+                    f"{path}: unknown item_type {_got(item_type)} (expected "
+                    f"{one_of(scalar_or_object)})"
+                )
+            if item_type == "object":
+                items = item.get("items")
+                if not isinstance(items, dict) or "fields" not in items:
+                    raise ValueError(
+                        f'{path}: an array of objects needs "items": '
+                        '{"type": "object", "fields": [...]}'
+                    )
+                fields = _schema_fields(items["fields"], f"{prefix}{name}[].")
+        elif item_type is not None or item.get("items") is not None:
+            raise ValueError(f"{path}: item_type and items belong to arrays")
+        if kind == "object":
+            fields = _schema_fields(item.get("fields"), f"{prefix}{name}.")
+        elif kind != "array" and item.get("fields") is not None:
+            raise ValueError(f"{path}: fields belong to objects")
+        out.append(SchemaField(name, kind, description, tuple(examples), item_type, fields))
+    names = [f.name for f in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f'{where}: field "{prefix}{twice[0]}" is named twice')
+    return tuple(out)
+
+
+_FIELD_KEYS = {"name", "type", "description", "examples", "item_type", "items", "fields"}
+
+
+def parse_json_schema(value: Any) -> tuple[SchemaField, ...]:
+    """extra.json_schema ({"fields": [...]}) as field specs; a ValueError names the field."""
+    if not isinstance(value, dict) or "fields" not in value:
+        raise ValueError('extra.json_schema must be an object {"fields": [...]}')
+    unknown = sorted(set(value) - {"fields", "type", "description"})
+    if unknown:
+        raise ValueError(f'extra.json_schema: unknown key "{unknown[0]}"')
+    return _schema_fields(value["fields"])
+
+
+class Doc2JsonExtra(LlmSettings):
+    """Doc2JSON: fields of a schema extracted per document by an LLM over sliding windows."""
+
+    json_schema: dict[str, Any] = Field(
+        ..., description='{"fields": [{"name", "type", "description", "examples", ...}]}'
+    )
+    mode: Literal["text", "image"] = "text"
+    extraction_model: str | None = Field(
+        None, min_length=1, max_length=200, description="the LLM for extraction; default model"
+    )
+    window_tokens: int = Field(4000, ge=200, le=200_000, description="text mode window size")
+    window_overlap: int = Field(200, ge=0, le=100_000, description="tokens windows share")
+    pages_per_window: int = Field(3, ge=1, le=20, description="image mode: pages per window")
+    image_dpi: int = Field(110, ge=36, le=300, description="image mode: rendering resolution")
+
+    @model_validator(mode="after")
+    def _check(self) -> Doc2JsonExtra:
+        parse_json_schema(self.json_schema)
+        if self.window_overlap >= self.window_tokens:
+            raise ValueError(
+                f"extra.window_overlap ({self.window_overlap}) must be smaller than "
+                f"extra.window_tokens ({self.window_tokens})"
+            )
+        return self
+
+    @property
+    def fields(self) -> tuple[SchemaField, ...]:
+        return parse_json_schema(self.json_schema)
+
+
 @dataclass(frozen=True)
 class StrategySpec:
     """What a strategy serves: its retrieval methods (the first is the default) and settings."""
 
     methods: tuple[str, ...]
-    extra: type[BaseModel] | None  # None: not available in this version
+    extra: type[BaseModel]
     uses_llm: bool
 
 
 STRATEGIES: dict[str, StrategySpec] = {
     "chunk_embed": StrategySpec(("hybrid", "vector", "full_text"), ChunkEmbedExtra, False),
     "page_index": StrategySpec(("tree_search",), PageIndexExtra, True),
-    "graph_index": StrategySpec(("hybrid", "vector", "full_text"), None, True),
-    "doc2json": StrategySpec(("vector",), None, True),
+    "graph_index": StrategySpec(("hybrid", "vector", "full_text"), GraphIndexExtra, True),
+    "doc2json": StrategySpec(("vector",), Doc2JsonExtra, True),
 }
 
 
@@ -155,11 +290,6 @@ class IndexingConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> IndexingConfig:
         spec = STRATEGIES[self.strategy]
-        if spec.extra is None:
-            raise ValueError(
-                f"strategy {self.strategy!r} is not available yet in kbpg {__version__} "
-                f"(available: {', '.join(n for n, s in STRATEGIES.items() if s.extra)})"
-            )
         try:
             extra = spec.extra.model_validate(self.extra)
         except ValidationError as exc:
@@ -190,7 +320,7 @@ class IndexingConfig(_Strict):
         if model is not None and self.embedding_dimensions is None:
             # Recorded, so the database reads the size from the config alone.
             object.__setattr__(self, "embedding_dimensions", model.dimensions)
-        limit = self.max_input_tokens or (model.max_chunk_tokens if model else 8191)
+        limit = self.input_tokens
         if self.chunk_size > limit and not self.truncate_for_embedding:
             raise ValueError(
                 f"chunk_size {self.chunk_size} exceeds the {limit}-token input of "
@@ -206,6 +336,12 @@ class IndexingConfig(_Strict):
         """The strategy's LLM settings (its extra, read as LlmSettings)."""
         fields = set(LlmSettings.model_fields)
         return LlmSettings.model_validate({k: v for k, v in self.extra.items() if k in fields})
+
+    @property
+    def input_tokens(self) -> int:
+        """The longest text (cl100k tokens) the embedding model reads whole."""
+        model = KNOWN_MODELS.get(self.embedding_model)
+        return self.max_input_tokens or (model.max_chunk_tokens if model else 8191)
 
     @property
     def dimensions(self) -> int:
@@ -240,6 +376,9 @@ class RetrievalConfig(_Strict):
     # before BM25 pre-selects sections.
     max_documents: int = Field(5, ge=1, le=100)
     toc_token_budget: int = Field(8000, ge=200, le=1_000_000)
+    # graph_index: after ranking, add the sections the hits reference (first degree).
+    graph_expansion: bool = True
+    expansion_limit: int = Field(5, ge=0, le=100, description="expanded sections, at most")
 
     @model_validator(mode="after")
     def _check(self) -> RetrievalConfig:
@@ -296,6 +435,8 @@ def phrase_error(err: Any, model: type[BaseModel] | None = None, prefix: str = "
         return f'unknown {field} "{err.get("input")}" (expected {expected})'
     if kind == "extra_forbidden":
         return f'unknown field "{field}"'
+    if kind == "missing":
+        return f"{field} is required"
     if kind == "value_error":
         return str(err["msg"]).removeprefix("Value error, ")
     types = {
@@ -397,7 +538,7 @@ def merge_defaults(defaults: dict[str, Any] | None, given: dict[str, Any] | None
     if "extra" in defaults or "extra" in given:
         strategy = merged.get("strategy", "chunk_embed")
         spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
-        known = set(spec.extra.model_fields) if spec is not None and spec.extra else set()
+        known = set(spec.extra.model_fields) if spec is not None else set()
         extra = {k: v for k, v in dict(defaults.get("extra") or {}).items() if k in known}
         extra.update(given.get("extra") or {})
         merged["extra"] = extra
@@ -420,7 +561,7 @@ def validate_defaults(kind: str, value: dict[str, Any]) -> dict[str, Any]:
             homes = [
                 (name, spec.extra)
                 for name, spec in STRATEGIES.items()
-                if spec.extra is not None and key in spec.extra.model_fields
+                if key in spec.extra.model_fields
             ]
             if not homes:
                 problems.append(f'unknown field "extra.{key}" (no strategy has it)')
@@ -429,7 +570,13 @@ def validate_defaults(kind: str, value: dict[str, Any]) -> dict[str, Any]:
             try:
                 model.model_validate({key: item})
             except ValidationError as exc:
-                problems += [phrase_error(e, model, "extra.") for e in exc.errors()]
+                # Only this key's problems: a default need not carry the model's required
+                # fields (Doc2JSON's json_schema is the KB's own).
+                problems += [
+                    phrase_error(e, model, "extra.")
+                    for e in exc.errors()
+                    if e["loc"] and e["loc"][0] == key
+                ]
         if problems:
             raise ConfigError(kind, problems)
     return value

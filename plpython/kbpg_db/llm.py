@@ -353,7 +353,7 @@ class CallCache:
     def put(self, key: str, model: str, req: Request, answer: Answer) -> None:
         if self._put is None:
             return
-        request = json.dumps({"messages": req.messages, "schema": req.schema})
+        request = json.dumps({"messages": storable(req.messages), "schema": req.schema})
         self.plpy.execute(
             self._put,
             [
@@ -367,6 +367,23 @@ class CallCache:
                 answer.cost_usd,
             ],
         )
+
+
+_DATA_URL = re.compile(r"data:([\w/+.-]+);base64,[A-Za-z0-9+/=]+")
+
+
+def storable(messages: list[dict[str, Any]]) -> Any:
+    """Messages as kb.llm_call keeps them: an inline image (a base64 data: URL, hundreds of
+    kilobytes) becomes its sha256; the cache key still covers the bytes themselves."""
+    text = json.dumps(messages)
+    if "base64," not in text:
+        return messages
+    return json.loads(
+        _DATA_URL.sub(
+            lambda m: f"data:{m.group(1)};sha256,{hashlib.sha256(m.group(0).encode()).hexdigest()}",
+            text,
+        )
+    )
 
 
 class Slots:
@@ -429,6 +446,21 @@ class Llm:
     @property
     def available(self) -> bool:
         return self.provider is not None
+
+    def with_model(self, model: str | None) -> Llm:
+        """This layer for another model (None: this one) on the same endpoint: the same
+        key, cache, call slots, step deadline and accounting."""
+        if not model or model == self.settings.model or self.provider is None:
+            return self
+        settings = self.settings.model_copy(update={"model": model})
+        return Llm(
+            settings,
+            Provider(settings, self.provider.api_key),
+            self.cache,
+            self.slots,
+            deadline=self.deadline,
+            usage=self.usage,
+        )
 
     def ask(self, req: Request) -> Any:
         return self.ask_many([req])[0]

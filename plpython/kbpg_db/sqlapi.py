@@ -145,6 +145,7 @@ def build_document(
     indexing_config: Any,
     page_starts: list[int] | None,
     metadata: Any,
+    file: bytes | None = None,
 ) -> dict[str, Any]:
     """One step of indexing a document with its KB's strategy.
 
@@ -180,7 +181,7 @@ def build_document(
         api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model)),
         progress.append,
     )
-    doc = strategies.Document(title, content, page_starts, _json(metadata) or {})
+    doc = strategies.Document(title, content, page_starts, _json(metadata) or {}, file)
     out: dict[str, Any] = {
         "status": "done",
         "chunks": None,

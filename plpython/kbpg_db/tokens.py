@@ -47,3 +47,9 @@ def encoding() -> Any:
 def count(text: str) -> int:
     """Number of cl100k_base tokens in ``text``."""
     return len(encoding().encode(text, disallowed_special=()))
+
+
+def truncate(text: str, limit: int) -> str:
+    """The longest start of ``text`` within ``limit`` cl100k tokens."""
+    ids = encoding().encode(text, disallowed_special=())
+    return text if len(ids) <= limit else encoding().decode(ids[:limit])

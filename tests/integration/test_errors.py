@@ -102,10 +102,9 @@ CASES = [
     ),
     Case(
         "create_knowledge_base",
-        "SELECT kb.create_knowledge_base('g', '{\"strategy\": \"graph_index\"}')",
+        "SELECT kb.create_knowledge_base('d', '{\"strategy\": \"doc2json\"}')",
         "22023",
-        "strategy 'graph_index' is not available yet in kbpg 0.2.0 (available: chunk_embed, "
-        "page_index)",
+        "extra.json_schema is required",
         hint=README_IC,
     ),
     Case(

@@ -349,8 +349,8 @@ def test_cost_from_litellm_prices(
 def test_strategy_seam_errors_and_methods(
     client: Client, conn: psycopg.Connection, provider: FakeProvider
 ) -> None:
-    with pytest.raises(ConfigError, match="strategy 'graph_index' is not available yet"):
-        client.create_knowledge_base("g", {"strategy": "graph_index"})
+    with pytest.raises(ConfigError, match=r"extra\.json_schema is required"):
+        client.create_knowledge_base("g", {"strategy": "doc2json"})
     with pytest.raises(ConfigError) as info:
         client.create_knowledge_base("m", {"strategy": "page_index"}, {"method": "hybrid"})
     assert info.value.message == (

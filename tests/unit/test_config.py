@@ -82,9 +82,14 @@ def test_strategies_and_their_methods() -> None:
         validate("retrieval_config", {"method": "hybrid"}, "page_index")
     with pytest.raises(ConfigError, match="not available for a chunk_embed knowledge base"):
         validate("retrieval_config", {"method": "tree_search"}, "chunk_embed")
-    for later in ("graph_index", "doc2json"):
-        with pytest.raises(ConfigError, match=f"strategy '{later}' is not available yet"):
-            validate("indexing_config", {"strategy": later})
+    assert validate("retrieval_config", {}, "graph_index")["method"] == "hybrid"
+    assert validate("retrieval_config", {}, "doc2json")["method"] == "vector"
+    graph = validate("indexing_config", {"strategy": "graph_index"})["extra"]
+    assert graph["enrichment"] == "auto" and graph["max_token_num_each_node"] == 20000
+    with pytest.raises(ConfigError, match=r"extra\.json_schema is required"):
+        validate("indexing_config", {"strategy": "doc2json"})
+    # A project default for one Doc2JSON setting need not carry a schema.
+    assert validate_defaults("indexing_config", {"extra": {"mode": "image"}})
     with pytest.raises(ConfigError, match=r'unknown field "extra\.model"'):
         validate("indexing_config", {"extra": {"model": "openai/m"}})  # chunk_embed has none
     with pytest.raises(ConfigError, match=r"extra\.llm_concurrency must be between 1 and 64"):

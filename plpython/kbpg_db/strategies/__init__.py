@@ -30,6 +30,7 @@ class Document:
     content: str
     page_starts: list[int] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    file: bytes | None = None  # the original file, for a strategy that reads it (Doc2JSON images)
 
 
 @dataclass

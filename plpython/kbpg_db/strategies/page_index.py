@@ -474,8 +474,19 @@ def _toc(nodes: list[Node], pages: dict[str, tuple[int | None, int | None]]) -> 
     ]
 
 
-def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
-    extra = PageIndexExtra.model_validate(cfg.extra)
+@dataclass
+class Tree:
+    """A document's finished tree: what the PageIndex pipeline built, before storage."""
+
+    roots: list[Node]
+    nodes: list[Node]  # every node, in reading order
+    structure: dict[str, Any]
+    description: str | None
+    description_kind: str
+
+
+def build_tree(doc: Document, extra: PageIndexExtra, ctx: BuildContext) -> Tree:
+    """The PageIndex pipeline: structure, splits, merges, ids, summaries, description."""
     text = doc.content
     llm = ctx.llm
     structure: dict[str, Any] = {"structure": "markdown_headings"}
@@ -507,10 +518,16 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         description, description_kind = describe(doc, roots, llm, ctx)
     if not nodes:
         raise StrategyError("building the tree: the document has no text")
+    return Tree(roots, nodes, structure, description, description_kind)
+
+
+def stored(doc: Document, tree: Tree) -> Built:
+    """A tree as the KB's chunks (one per node, in reading order) and the node/ToC rows."""
+    text = doc.content
     chunks: list[dict[str, Any]] = []
     pages: dict[str, tuple[int | None, int | None]] = {}
     meta: list[dict[str, Any]] = []
-    for ordinal, node in enumerate(nodes):
+    for ordinal, node in enumerate(tree.nodes):
         content = text[node.start : node.own_end]
         first = chunking.page_of(doc.page_starts, node.start)
         last = chunking.page_of(doc.page_starts, max(node.start, node.end - 1))
@@ -544,9 +561,13 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         )
     artifacts = {
         "nodes": meta,
-        "toc": _toc(roots, pages),
-        "description": description,
-        "description_kind": description_kind,
-        **structure,
+        "toc": _toc(tree.roots, pages),
+        "description": tree.description,
+        "description_kind": tree.description_kind,
+        **tree.structure,
     }
     return Built(chunks, artifacts, 0, 0.0)
+
+
+def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
+    return stored(doc, build_tree(doc, PageIndexExtra.model_validate(cfg.extra), ctx))
