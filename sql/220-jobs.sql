@@ -210,7 +210,6 @@ DECLARE
   v_doc  kb.document;
   v_ix   kb.kb_index;
   v_res  kb.build_result;
-  v_cfg  regconfig;
   v_n    integer;
   v_active bigint;
   v_use  jsonb;
@@ -228,7 +227,6 @@ BEGIN
     PERFORM kb._cancel_job(v_job.id, 'index generation ' || v_ix.status);
     RETURN 'cancelled';
   END IF;
-  v_cfg := (v_ix.indexing_config->>'text_search_config')::regconfig;
 
   -- Compute first (slow, no shared locks held), then write (short). An LLM strategy
   -- computes in steps: each step caches its answers and commits ('more').
@@ -275,7 +273,8 @@ BEGIN
   END IF;
   DELETE FROM kb.chunk WHERE document_id = v_doc.id AND index_id = v_ix.id;
   WITH payload AS (
-    SELECT c.*, to_tsvector(v_cfg, c.embed_text) AS tsv FROM unnest(v_res.chunks) c
+    SELECT c.*, kb.text_tsvector(v_ix.indexing_config, c.embed_text) AS tsv
+    FROM unnest(v_res.chunks) c
   ), ins AS (
     INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, heading_path,
                           page, char_start, char_end, metadata, tsv, doc_len)

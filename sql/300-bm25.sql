@@ -32,12 +32,49 @@ AS $$ SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)::intege
 COMMENT ON FUNCTION kb.tsvector_length(tsvector) IS
   'BM25 document length: the number of positions in a tsvector.';
 
+CREATE OR REPLACE FUNCTION kb.cjk_bigrams(p_text text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT CASE
+    WHEN p_text !~ '[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]' THEN p_text
+    ELSE (
+      SELECT string_agg(
+               CASE WHEN m.r[1] IS NULL
+                    THEN regexp_replace(m.r[2], '[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]', ' ', 'g')
+                    WHEN length(m.r[1]) = 1 THEN ' ' || m.r[1] || ' '
+                    ELSE ' ' || (SELECT string_agg(substr(m.r[1], i, 2), ' ' ORDER BY i)
+                                 FROM generate_series(1, length(m.r[1]) - 1) i) || ' '
+               END, '' ORDER BY m.n)
+      FROM regexp_matches(p_text,
+             '([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+)|([^\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+)',
+             'g') WITH ORDINALITY AS m(r, n))
+  END
+$$;
+COMMENT ON FUNCTION kb.cjk_bigrams(text) IS
+  'A text with each run of Chinese, Japanese or Korean characters written as its overlapping '
+  'character bigrams (缓存策略 -> 缓存 存策 策略; a lone character stays) and CJK punctuation as '
+  'spaces, for the text search parsers, which do not segment CJK. Other text is unchanged.';
+
+CREATE OR REPLACE FUNCTION kb.text_tsvector(indexing_config jsonb, body text) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT to_tsvector((indexing_config->>'text_search_config')::regconfig,
+                     CASE WHEN coalesce((indexing_config->>'cjk_bigrams')::boolean, false)
+                          THEN kb.cjk_bigrams(body) ELSE body END)
+$$;
+COMMENT ON FUNCTION kb.text_tsvector(jsonb, text) IS
+  'The tsvector BM25 indexes for a text (chunks) or reads lexemes from (queries), under an '
+  'index generation''s indexing_config: its text_search_config, and CJK bigrams where the '
+  'generation has cjk_bigrams (generations built before that setting existed do not).';
+
 CREATE OR REPLACE FUNCTION kb.query_lexemes(index_id bigint, query text) RETURNS text[]
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT coalesce(array_agg(DISTINCT u.lexeme ORDER BY u.lexeme), '{}')
-  FROM kb.kb_index i, unnest(to_tsvector((i.indexing_config->>'text_search_config')::regconfig, query)) u
+  FROM kb.kb_index i, unnest(kb.text_tsvector(i.indexing_config, query)) u
   WHERE i.id = query_lexemes.index_id
 $$;
 COMMENT ON FUNCTION kb.query_lexemes(bigint, text) IS

@@ -1,17 +1,28 @@
-"""Chunkers: markdown_header (default), recursive and fixed_size.
+"""Chunkers: markdown_header (default), recursive, fixed_size, and cjk.
 
-All three work on one idea: tokenize the text once with cl100k_base, mark the token
+The first three work on one idea: tokenize the text once with cl100k_base, mark the token
 boundaries where a cut reads well (paragraph > line > sentence > word), then walk the
 text taking windows of at most ``chunk_size`` tokens, each ended at the best boundary
 the window offers. Every chunk is an exact slice of the source, so its character
 offsets are exact; overlap starts the next window up to ``chunk_overlap`` tokens back,
 at a word boundary.
+
+``cjk`` is the separator-hierarchy splitter of seed 002, for text without spaces between
+words (Chinese, Japanese) as much as for any other: the text is split with no overlap at
+the first separator of ``\\n\\n``, ``\\n``, ``。``, ``！``, ``？``, ``. ``, ``! ``, ``? ``,
+``；``, ``; ``, ``，``, ``, ``, space that leaves pieces within the size (the next one
+where a piece is still too long; single characters last), pieces are merged up to the
+size, and then each chunk but the first is extended backwards by the exact trailing
+``chunk_overlap`` of the text before it. Sizes count characters or tokens
+(``chunk_unit``); custom ``separators`` go first, the hierarchy stays as the fallback.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +35,9 @@ _BREAKS = (
     (re.compile(r"\n[ \t]*\n"), PARAGRAPH, "end"),
     (re.compile(r"\n"), LINE, "end"),
     (re.compile(r"[.!?。！？…][\"'”’)\]]*(?=\s)"), SENTENCE, "end"),
+    # CJK sentences and clauses end at their punctuation, with no space after it.
+    (re.compile(r"[。！？；][」』”’）)]*"), SENTENCE, "end"),
+    (re.compile(r"[，、：]"), WORD, "end"),
     (re.compile(r"\s+"), WORD, "start"),
 )
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
@@ -33,7 +47,8 @@ HEADING_SEPARATOR = " > "
 
 @dataclass
 class Chunk:
-    """One chunk: an exact slice ``text[char_start:char_end]`` of the document."""
+    """One chunk: an exact slice ``text[char_start:char_end]`` of the document, except a
+    piece of a table split by rows, whose content repeats the table's header before it."""
 
     ordinal: int
     content: str
@@ -104,12 +119,73 @@ def markdown_sections(text: str) -> list[Section]:
     return sections
 
 
-def _token_boundaries(text: str) -> list[int]:
-    """Character offset of every token boundary of ``text`` (first 0, last len(text))."""
+_TABLE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$")
+
+
+@dataclass
+class Block:
+    """A fenced code block or a Markdown table: kept whole in one chunk when it fits."""
+
+    start: int
+    end: int
+    kind: str  # code | table
+    header_end: int = 0  # a table: where its header and rule lines end
+
+
+def _line_end(text: str, line: tuple[int, int]) -> int:
+    """Where a line's text ends, before its newline."""
+    a, b = line
+    return b - 1 if b > a and text[b - 1] == "\n" else b
+
+
+def blocks(text: str, start: int = 0, end: int | None = None) -> list[Block]:
+    """The fenced code blocks and Markdown tables of ``text[start:end]``, in order."""
+    end = len(text) if end is None else end
+    lines: list[tuple[int, int]] = []  # (line start, line end incl. newline)
+    pos = start
+    while pos < end:
+        nl = text.find("\n", pos, end)
+        stop = end if nl < 0 else nl + 1
+        lines.append((pos, stop))
+        pos = stop
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        a, b = lines[i]
+        line = text[a:b].rstrip("\r\n")
+        fence = _FENCE.match(line)
+        if fence:
+            marker = fence.group(1)[0] * 3
+            j = i + 1
+            while j < len(lines) and not text[lines[j][0] : lines[j][1]].lstrip(" ").startswith(
+                marker
+            ):
+                j += 1
+            last = min(j, len(lines) - 1)
+            out.append(Block(a, _line_end(text, lines[last]), "code"))
+            i = last + 1
+            continue
+        if "|" in line and i + 1 < len(lines):
+            rule = text[lines[i + 1][0] : lines[i + 1][1]].rstrip("\r\n")
+            if _TABLE_RULE.match(rule) and ("|" in rule or line.count("|") >= 1):
+                j = i + 2
+                while j < len(lines) and "|" in text[lines[j][0] : lines[j][1]]:
+                    j += 1
+                out.append(Block(a, _line_end(text, lines[j - 1]), "table", lines[i + 1][1]))
+                i = j
+                continue
+        i += 1
+    return out
+
+
+def _token_boundaries(text: str) -> tuple[list[int], list[int]]:
+    """Character offset of every token boundary of ``text`` (first 0, last len(text)),
+    and the number of tokens before each. A character split over several tokens (common
+    in CJK) has no boundary inside it, so the two lists differ."""
     enc = tokens.encoding()
     ids = enc.encode(text, disallowed_special=())
     if not ids:
-        return [0, len(text)] if text else [0]
+        return ([0, len(text)], [0, 0]) if text else ([0], [0])
     raw = text.encode("utf-8", errors="surrogatepass")
     byte_ends = np.cumsum([len(b) for b in enc.decode_tokens_bytes(ids)])
     # A byte is the start of a character unless it is a UTF-8 continuation byte; the
@@ -119,11 +195,14 @@ def _token_boundaries(text: str) -> list[int]:
     bounds = [0, *chars_before[np.minimum(byte_ends, len(raw))].tolist()]
     bounds[-1] = len(text)
     # Monotone, deduplicated (a multi-byte character split across tokens maps twice).
-    out = [0]
-    for b in bounds[1:]:
+    out, count = [0], [0]
+    for n, b in enumerate(bounds[1:], start=1):
         if b > out[-1]:
             out.append(int(b))
-    return out
+            count.append(n)
+        else:
+            count[-1] = n
+    return out, count
 
 
 def _break_priorities(text: str, bounds: list[int], allowed: tuple[int, ...]) -> list[int]:
@@ -139,15 +218,34 @@ def _break_priorities(text: str, bounds: list[int], allowed: tuple[int, ...]) ->
     return prio
 
 
-def _windows(text: str, size: int, overlap: int, allowed: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Character spans of the windows over ``text``; see the module docstring."""
-    bounds = _token_boundaries(text)
+def _windows(
+    text: str, size: int, overlap: int, allowed: tuple[int, ...], keep: list[Block] | None = None
+) -> list[tuple[int, int]]:
+    """Character spans of the windows over ``text``; see the module docstring. No window
+    ends inside a block of ``keep`` that fits in one; a longer one is cut at line ends."""
+    bounds, before = _token_boundaries(text)
     n = len(bounds) - 1
     prio = _break_priorities(text, bounds, allowed)
+    starts: list[int] = []  # boundary indices where a kept block begins
+    whole: dict[int, int] = {}  # a fitting block's first boundary -> the one after it
+    for blk in keep or []:
+        i0 = bisect.bisect_left(bounds, blk.start)
+        i1 = min(bisect.bisect_left(bounds, blk.end), n)
+        # Counted alone: the token after a block may run on into the text that follows.
+        fits = tokens.count(text[blk.start : blk.end]) <= size
+        for i in range(i0 + 1, i1 + (bounds[i1] > blk.end)):
+            at_line_end = text[bounds[i] - 1 : bounds[i]] == "\n"
+            prio[i] = LINE if (not fits and at_line_end and LINE in allowed) else -1
+        if i0 <= n and bounds[i0] == blk.start:
+            starts.append(i0)
+            if fits:
+                whole[i0] = i1
     spans: list[tuple[int, int]] = []
     s = 0
     while s < n:
-        limit = min(n, s + size)
+        # The furthest boundary at most `size` tokens on (a fitting block that starts
+        # here runs to its end; _fit trims what follows it).
+        limit = max(s + 1, bisect.bisect_right(before, before[s] + size) - 1, whole.get(s, 0))
         e = limit
         if limit < n:
             best, best_prio = -1, -1
@@ -157,6 +255,8 @@ def _windows(text: str, size: int, overlap: int, allowed: tuple[int, ...]) -> li
                     best, best_prio = i, prio[i]
                     if best_prio == max(allowed):
                         break
+            if best <= s:  # no cut outside a kept block: end where the block begins
+                best = max((i for i in starts if s < i <= limit), default=-1)
             if best > s:
                 e = best
         spans.append((bounds[s], bounds[e]))
@@ -164,7 +264,7 @@ def _windows(text: str, size: int, overlap: int, allowed: tuple[int, ...]) -> li
             break
         nxt = e
         if overlap > 0:
-            for j in range(max(s + 1, e - overlap), e):
+            for j in range(max(s + 1, bisect.bisect_left(before, before[e] - overlap)), e):
                 if prio[j] >= WORD:
                     nxt = j
                     break
@@ -188,6 +288,73 @@ def _fit(text: str, start: int, end: int, size: int) -> tuple[int, int, int] | N
     return start, end, count
 
 
+Span = tuple[int, int, int, str]  # start, end, tokens, a prefix (a table's header) or ""
+
+
+def _windowed(
+    text: str,
+    start: int,
+    end: int,
+    size: int,
+    overlap: int,
+    allowed: tuple[int, ...],
+    keep: list[Block],
+) -> list[Span]:
+    out: list[Span] = []
+    piece = text[start:end]
+    local = [Block(b.start - start, b.end - start, b.kind) for b in keep]
+    for a, b in _windows(piece, size, overlap, allowed, local):
+        pos, stop = start + a, start + b
+        # A window that had to shrink to fit leaves a tail: it becomes the next chunk.
+        while pos < stop:
+            fitted = _fit(text, pos, stop, size)
+            if fitted is None:
+                break
+            out.append((*fitted, ""))
+            pos = fitted[1]
+    return out
+
+
+def _table_rows(text: str, table: Block, size: int) -> list[Span]:
+    """A table too long for one chunk, by rows: its header and rule lines open every
+    piece (the first has them in place), each piece within ``size`` tokens."""
+    header = text[table.start : table.header_end]
+    if tokens.count(header) * 2 > size:  # no room for rows beside the header: cut at lines
+        return _windowed(text, table.start, table.end, size, 0, (LINE, WORD), [])
+    rows: list[tuple[int, int]] = []
+    pos = table.header_end
+    while pos < table.end:
+        nl = text.find("\n", pos, table.end)
+        rows.append((pos, table.end if nl < 0 else nl + 1))
+        pos = rows[-1][1]
+    out: list[Span] = []
+
+    def piece(a: int, b: int) -> tuple[str, str, int]:
+        prefix = "" if a == table.start else header
+        body = text[a:b].rstrip("\n")
+        return prefix, body, tokens.count(prefix + body)
+
+    group: tuple[int, int] | None = None
+    for a, b in rows:
+        if group is not None and piece(group[0], b)[2] <= size:
+            group = (group[0], b)
+            continue
+        if group is not None:
+            prefix, body, n = piece(*group)
+            out.append((group[0], group[0] + len(body), n, prefix))
+        group = (a if out or group is not None else table.start, b)
+        if piece(*group)[2] > size:  # one row longer than a chunk: cut it like text
+            if group[0] == table.start:
+                prefix, body, n = piece(table.start, a)
+                out.append((table.start, table.start + len(body), n, ""))
+            out += _windowed(text, a, b, size, 0, (WORD,), [])
+            group = None
+    if group is not None:
+        prefix, body, n = piece(*group)
+        out.append((group[0], group[0] + len(body), n, prefix))
+    return out
+
+
 def _split_span(
     text: str,
     start: int,
@@ -195,18 +362,21 @@ def _split_span(
     size: int,
     overlap: int,
     allowed: tuple[int, ...],
-) -> list[tuple[int, int, int]]:
-    out: list[tuple[int, int, int]] = []
-    piece = text[start:end]
-    for a, b in _windows(piece, size, overlap, allowed):
-        pos, stop = start + a, start + b
-        # A window that had to shrink to fit leaves a tail: it becomes the next chunk.
-        while pos < stop:
-            fitted = _fit(text, pos, stop, size)
-            if fitted is None:
-                break
-            out.append(fitted)
-            pos = fitted[1]
+) -> list[Span]:
+    """Chunks of ``text[start:end]``. Unless only words are allowed as cuts, code blocks
+    and tables stay whole when they fit; a longer table is split by rows."""
+    found = blocks(text, start, end) if allowed != (WORD,) else []
+    out: list[Span] = []
+    pos = start
+    keep: list[Block] = []
+    for blk in found:
+        if blk.kind == "table" and tokens.count(text[blk.start : blk.end]) > size:
+            out += _windowed(text, pos, blk.start, size, overlap, allowed, keep)
+            out += _table_rows(text, blk, size)
+            pos, keep = blk.end, []
+        else:
+            keep.append(blk)
+    out += _windowed(text, pos, end, size, overlap, allowed, keep)
     return out
 
 
@@ -224,6 +394,11 @@ def chunk_text(
     chunk_size: int = 200,
     chunk_overlap: int = 20,
     title_line: bool = False,
+    chunk_unit: str = "tokens",
+    separators: list[str] | None = None,
+    sentences_per_chunk: int = 3,
+    percentile: float = 20.0,
+    embed: Callable[[str, list[tuple[int, int]]], list[list[float]]] | None = None,
 ) -> list[Chunk]:
     """Split ``text`` into chunks of at most ``chunk_size`` cl100k tokens.
 
@@ -234,6 +409,8 @@ def chunk_text(
         raise ValueError(f"unknown chunker {chunker!r}; expected one of {', '.join(CHUNKERS)}")
     if chunk_size < 1:
         raise ValueError("chunk_size must be at least 1 token")
+    if chunker == "semantic" and embed is None:
+        raise ValueError("the semantic chunker needs the knowledge base's embedding model")
     if not 0 <= chunk_overlap < chunk_size:
         raise ValueError("chunk_overlap must be between 0 and chunk_size - 1 tokens")
     title = title_line_of(text) if title_line else ""
@@ -241,13 +418,31 @@ def chunk_text(
         chunk_size = max(chunk_size - tokens.count(title + "\n\n"), min(chunk_size, 16))
         chunk_overlap = min(chunk_overlap, chunk_size - 1)
     chunks: list[Chunk] = []
-    if chunker == "fixed_size":
-        for s, e, n in _split_span(text, 0, len(text), chunk_size, chunk_overlap, (WORD,)):
-            chunks.append(Chunk(len(chunks), text[s:e], s, e, n))
+    if chunker in ("paragraph", "sentence", "semantic"):
+        if chunker == "paragraph":
+            units = paragraph_spans(text)
+            spans = group_spans(text, units, chunk_size)
+        else:
+            units = sentence_spans(text)
+            cuts = None
+            if chunker == "semantic":
+                assert embed is not None  # checked above
+                cuts = semantic_cuts(embed(text, units), percentile)
+            per = sentences_per_chunk if chunker == "sentence" else None
+            spans = group_spans(text, units, chunk_size, cuts, per)
+        for s, e, n, head in spans:
+            chunks.append(Chunk(len(chunks), head + text[s:e], s, e, n))
+    elif chunker == "cjk":
+        for s, e in cjk_chunks(text, chunk_size, chunk_overlap, chunk_unit, separators):
+            if text[s:e].strip():
+                chunks.append(Chunk(len(chunks), text[s:e], s, e, tokens.count(text[s:e])))
+    elif chunker == "fixed_size":
+        for s, e, n, head in _split_span(text, 0, len(text), chunk_size, chunk_overlap, (WORD,)):
+            chunks.append(Chunk(len(chunks), head + text[s:e], s, e, n))
     elif chunker == "recursive":
         allowed = (PARAGRAPH, LINE, SENTENCE, WORD)
-        for s, e, n in _split_span(text, 0, len(text), chunk_size, chunk_overlap, allowed):
-            chunks.append(Chunk(len(chunks), text[s:e], s, e, n))
+        for s, e, n, head in _split_span(text, 0, len(text), chunk_size, chunk_overlap, allowed):
+            chunks.append(Chunk(len(chunks), head + text[s:e], s, e, n))
     else:
         allowed = (PARAGRAPH, LINE, SENTENCE, WORD)
         for section in markdown_sections(text):
@@ -258,8 +453,10 @@ def chunk_text(
             spans = _split_span(
                 text, section.start, section.end, budget, min(chunk_overlap, budget - 1), allowed
             )
-            for s, e, n in spans:
-                chunks.append(Chunk(len(chunks), text[s:e], s, e, n, list(section.heading_path)))
+            for s, e, n, head in spans:
+                chunks.append(
+                    Chunk(len(chunks), head + text[s:e], s, e, n, list(section.heading_path))
+                )
     for chunk in chunks:
         chunk.embed_text = (
             f"{chunk.header_path}\n\n{chunk.content}" if chunk.heading_path else chunk.content
@@ -267,6 +464,195 @@ def chunk_text(
         if title and not chunk.content.startswith(title):
             chunk.embed_text = f"{title}\n\n{chunk.embed_text}"
     return chunks
+
+
+# --- paragraph, sentence and semantic chunkers ------------------------------------------------
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*(?=\s)|[。！？][」』”’）)]*|\n[ \t]*\n")
+
+
+def paragraph_spans(text: str) -> list[tuple[int, int]]:
+    """Each paragraph (text between blank lines), trimmed of surrounding whitespace."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for m in [*_BREAKS[0][0].finditer(text), None]:
+        stop = m.start() if m else len(text)
+        a, b = pos, stop
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        if a < b:
+            out.append((a, b))
+        pos = m.end() if m else len(text)
+    return out
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Each sentence: up to its end mark (. ! ? and CJK 。！？) or a paragraph break; a
+    fenced code block or a table counts as one sentence."""
+    out: list[tuple[int, int]] = []
+
+    def sentences(start: int, end: int) -> None:
+        pos = start
+        for m in [*_SENTENCE_END.finditer(text, start, end), None]:
+            stop = m.end() if m else end
+            a, b = pos, stop
+            while a < b and text[a].isspace():
+                a += 1
+            while b > a and text[b - 1].isspace():
+                b -= 1
+            if a < b:
+                out.append((a, b))
+            pos = stop
+
+    pos = 0
+    for blk in blocks(text):
+        sentences(pos, blk.start)
+        out.append((blk.start, blk.end))
+        pos = blk.end
+    sentences(pos, len(text))
+    return out
+
+
+def group_spans(
+    text: str,
+    units: list[tuple[int, int]],
+    size: int,
+    cut_before: set[int] | None = None,
+    max_units: int | None = None,
+) -> list[Span]:
+    """Consecutive units joined while the joined text stays within ``size`` tokens (and
+    ``max_units`` units), a new group wherever ``cut_before`` names a unit; a unit longer
+    than ``size`` on its own is split like the recursive chunker."""
+    out: list[Span] = []
+    group: list[tuple[int, int]] = []
+
+    def close() -> None:
+        if group:
+            a, b = group[0][0], group[-1][1]
+            out.append((a, b, tokens.count(text[a:b]), ""))
+            group.clear()
+
+    for k, (a, b) in enumerate(units):
+        if group and (
+            (cut_before and k in cut_before)
+            or (max_units and len(group) >= max_units)
+            or tokens.count(text[group[0][0] : b]) > size
+        ):
+            close()
+        if tokens.count(text[a:b]) > size:
+            close()
+            out += _split_span(text, a, b, size, 0, (PARAGRAPH, LINE, SENTENCE, WORD))
+            continue
+        group.append((a, b))
+    close()
+    return out
+
+
+def semantic_cuts(vectors: list[list[float]], percentile: float) -> set[int]:
+    """Where to start a new chunk: before each sentence whose similarity to the one
+    before is among the lowest ``percentile`` percent of the document's."""
+    if len(vectors) < 3:
+        return set()
+    arr = np.asarray(vectors, dtype=np.float32)
+    arr /= np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-9)
+    sims = (arr[1:] * arr[:-1]).sum(axis=1)
+    threshold = float(np.percentile(sims, percentile))
+    return {k + 1 for k, sim in enumerate(sims.tolist()) if sim <= threshold}
+
+
+CJK_SEPARATORS = (
+    "\n\n", "\n", "。", "！", "？", ". ", "! ", "? ", "；", "; ", "，", ", ", " ",
+)  # fmt: skip
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\"}
+
+
+def decode_separator(text: str) -> str:
+    """A separator as typed in a config: ``\\n``, ``\\r``, ``\\t`` and ``\\\\`` become the
+    characters they name; any other backslash stays as it is."""
+    return re.sub(r"\\([nrt\\])", lambda m: _ESCAPES[m.group(1)], text)
+
+
+def separator_list(custom: list[str] | None) -> list[str]:
+    """Custom separators first (decoded), then the built-in hierarchy, each once."""
+    out: list[str] = []
+    for sep in [*(decode_separator(c) for c in custom or []), *CJK_SEPARATORS]:
+        if sep and sep not in out:
+            out.append(sep)
+    return out
+
+
+def _split_at(text: str, start: int, end: int, sep: str) -> list[int]:
+    """Cut points in ``text[start:end]`` just after each ``sep`` (start and end included)."""
+    cuts = [start]
+    pos = text.find(sep, start, end)
+    while pos >= 0:
+        after = pos + len(sep)
+        if start < after < end:
+            cuts.append(after)
+        pos = text.find(sep, after, end)
+    cuts.append(end)
+    return cuts
+
+
+def separator_spans(
+    text: str, size: int, seps: list[str], measure: Callable[[str], int]
+) -> list[tuple[int, int]]:
+    """Contiguous spans covering ``text`` exactly, each within ``size`` by ``measure``
+    where a separator (or, last, single characters) allows."""
+
+    def split(start: int, end: int, level: int) -> list[tuple[int, int]]:
+        if measure(text[start:end]) <= size:
+            return [(start, end)]
+        if level >= len(seps):  # characters: the largest run that fits, then the next
+            out = []
+            pos = start
+            while pos < end:
+                stop = min(end, pos + size)
+                while stop > pos + 1 and measure(text[pos:stop]) > size:
+                    stop -= max(1, (stop - pos) // 8)
+                out.append((pos, stop))
+                pos = stop
+            return out
+        cuts = _split_at(text, start, end, seps[level])
+        if len(cuts) == 2:
+            return split(start, end, level + 1)
+        pieces: list[tuple[int, int]] = []
+        for a, b in itertools.pairwise(cuts):
+            pieces += split(a, b, level + 1) if measure(text[a:b]) > size else [(a, b)]
+        merged: list[tuple[int, int]] = []
+        for a, b in pieces:  # greedy: neighbours join while they fit
+            if merged and measure(text[merged[-1][0] : b]) <= size:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        return merged
+
+    return split(0, len(text), 0) if text else []
+
+
+def cjk_chunks(
+    text: str, size: int, overlap: int, unit: str, separators: list[str] | None
+) -> list[tuple[int, int]]:
+    """(start, end) per chunk: zero-overlap pieces of at most ``size - overlap``, each
+    after the first extended back by exactly ``overlap`` characters (or the fewest
+    characters that hold ``overlap`` tokens) of the text before it."""
+    measure: Callable[[str], int] = len if unit == "characters" else tokens.count
+    base = separator_spans(text, max(1, size - overlap), separator_list(separators), measure)
+    out: list[tuple[int, int]] = []
+    for i, (a, b) in enumerate(base):
+        start = a
+        if i and overlap:
+            if unit == "characters":
+                start = max(0, a - overlap)
+            else:
+                while start > 0 and tokens.count(text[start:a]) < overlap:
+                    start -= 1
+                # Token counts do not add up exactly across a cut: stay within the size.
+                while start < a and tokens.count(text[start:b]) > size:
+                    start += 1
+        out.append((start, b))
+    return out
 
 
 def page_of(page_starts: list[int] | None, char_offset: int) -> int | None:

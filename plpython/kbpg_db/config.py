@@ -51,7 +51,15 @@ class _Strict(BaseModel):
 
 YesNo = Literal["yes", "no"]
 METHODS = ("hybrid", "vector", "full_text", "tree_search")
-CHUNKERS = ("markdown_header", "recursive", "fixed_size")
+CHUNKERS = (
+    "markdown_header",
+    "recursive",
+    "fixed_size",
+    "cjk",
+    "paragraph",
+    "sentence",
+    "semantic",
+)
 
 
 class LlmSettings(_Strict):
@@ -266,6 +274,30 @@ class IndexingConfig(_Strict):
     chunker: Literal[CHUNKERS] = "markdown_header"  # type: ignore[valid-type]
     chunk_size: int = Field(200, ge=16, le=32000, description="cl100k tokens per chunk, at most")
     chunk_overlap: int = Field(20, ge=0, description="cl100k tokens shared by neighbours")
+    chunk_unit: Literal["tokens", "characters"] = Field(
+        "tokens", description="what chunk_size and chunk_overlap count (characters: cjk chunker)"
+    )
+    separators: list[str] | None = Field(
+        None,
+        max_length=20,
+        description="cjk chunker: separators tried before its built-in hierarchy; \\n, \\r, "
+        "\\t and \\\\ stand for the characters",
+    )
+    sentences_per_chunk: int = Field(
+        3, ge=1, le=100, description="sentence chunker: sentences per chunk, at most"
+    )
+    semantic_percentile: float = Field(
+        20.0,
+        gt=0.0,
+        lt=100.0,
+        description="semantic chunker: cut before the sentences least similar to the one "
+        "before them, this lowest percent of the document's neighbour similarities",
+    )
+    cjk_bigrams: bool = Field(
+        True,
+        description="full_text: index runs of Chinese, Japanese and Korean characters as "
+        "overlapping character bigrams (PostgreSQL's parsers do not segment them)",
+    )
     embedding_model: str = Field(LOCAL_MODEL, min_length=1, max_length=200)
     embedding_dimensions: int | None = Field(None, ge=1, le=16000)
     max_input_tokens: int | None = Field(
@@ -298,6 +330,17 @@ class IndexingConfig(_Strict):
             ) from None
         # Store the completed settings (validate_assignment would re-run this validator).
         object.__setattr__(self, "extra", extra.model_dump(mode="json"))
+        if self.chunk_unit == "characters" and self.chunker != "cjk":
+            raise ValueError(
+                f'chunk_unit "characters" is for the cjk chunker; {self.chunker} counts tokens'
+            )
+        if self.chunk_unit == "characters" and self.chunk_size < 100:
+            raise ValueError(f"chunk_size must be at least 100 characters (got {self.chunk_size})")
+        if self.separators is not None and self.chunker != "cjk":
+            raise ValueError("separators are for the cjk chunker")
+        for sep in self.separators or []:
+            if not sep or len(sep) > 20:
+                raise ValueError(f"each separator must be 1 to 20 characters (got {_got(sep)})")
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError(
                 f"chunk_overlap ({self.chunk_overlap}) must be smaller than "

@@ -125,7 +125,8 @@ def preview_chunks(
         _config_or_error(plpy, "indexing_config", indexing_config)
     )
     try:
-        return chunk_embed.chunk_rows(content, cfg, page_starts)
+        key = api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model))
+        return chunk_embed.chunk_rows(content, cfg, page_starts, key)
     except ValueError as exc:
         fail(plpy, str(exc), INVALID_PARAMETER)
 

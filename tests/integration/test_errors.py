@@ -170,10 +170,17 @@ CASES = [
         hint=README_RC,
     ),
     Case(
+        "text_tsvector",
+        "SELECT kb.text_tsvector('{\"text_search_config\": \"klingon\"}', 'text')",
+        "42704",
+        'text search configuration "klingon" does not exist',
+    ),
+    Case(
         "preview_chunks",
         "SELECT * FROM kb.preview_chunks('text', '{\"chunker\": \"nope\"}')",
         "22023",
-        'unknown chunker "nope" (expected markdown_header, recursive or fixed_size)',
+        'unknown chunker "nope" (expected markdown_header, recursive, fixed_size, cjk, paragraph, '
+        "sentence or semantic)",
         hint=README_IC,
     ),
     Case(
@@ -322,6 +329,7 @@ NO_BAD_INPUT = {
     "count_tokens": "any text has a token count",
     "query_lexemes": "any text has lexemes (an unknown index has none)",
     "tsvector_length": "any tsvector has a length",
+    "cjk_bigrams": "any text has a bigram form (the same text when it holds no CJK)",
     "rrf_fuse": "any ranks give a fused score (a missing rank or weight counts as none)",
     "bm25_score": "any tsvector and query have a score",
     "bm25_search": "any query has a ranking (an unknown index or top_k 0 gives no rows)",

@@ -60,7 +60,7 @@ def test_a_single_long_line_and_deep_nesting() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="unknown chunker"):
-        chunk_text("x", "semantic", 100, 0)
+        chunk_text("x", "by-chapter", 100, 0)
     with pytest.raises(ValueError, match="chunk_overlap"):
         chunk_text("x", "recursive", 10, 10)
 
@@ -73,6 +73,12 @@ def test_page_of() -> None:
 TEXT = st.text(
     alphabet=st.sampled_from(list("abcdefgh ijk.,!?\n\n#`é漢🙂\t")), min_size=0, max_size=1500
 )
+
+
+def fake_embed(text: str, spans: list[tuple[int, int]]) -> list[list[float]]:
+    """Bag-of-letters vectors: sentences sharing letters are similar."""
+    return [[text[a:b].lower().count(ch) + 0.01 for ch in "abcdefghijklmnopqrstuvwxyz"]
+            for a, b in spans]  # fmt: skip
 
 
 @settings(
@@ -88,13 +94,16 @@ TEXT = st.text(
 )
 def test_chunk_invariants(text: str, chunker: str, size: int, overlap_frac: float) -> None:
     overlap = int(size * overlap_frac)
-    chunks = chunk_text(text, chunker, size, overlap)
+    chunks = chunk_text(text, chunker, size, overlap, embed=fake_embed)
     covered = [False] * len(text)
     last_start = -1
     for i, c in enumerate(chunks):
         assert c.ordinal == i
         assert 0 <= c.char_start < c.char_end <= len(text)
-        assert text[c.char_start : c.char_end] == c.content  # offsets point into the source
+        # Offsets point into the source (a piece of a long table repeats its header first).
+        assert c.content.endswith(text[c.char_start : c.char_end])
+        head = c.content[: len(c.content) - (c.char_end - c.char_start)]
+        assert not head or (head.startswith("|") or "|" in head.splitlines()[0])
         assert c.content.strip()
         assert c.token_count == tokens.count(c.content) <= size
         assert c.char_start > last_start  # in order
@@ -122,3 +131,115 @@ def test_title_line_is_repeated_in_later_chunks() -> None:
         chunk_text("one line only", "recursive", 60, 0, title_line=True)[0].embed_text
         == "one line only"
     )
+
+
+CJK_TEXT = st.lists(
+    st.sampled_from(
+        ["缓存", "策略", "是", "一种", "方法", "。", "！", "？", "，", "；", "キャッシュ", "の",
+         "設定", "hello", "world", ". ", ", ", " ", "\n", "\n\n", "캐시"]
+    ),
+    min_size=1,
+    max_size=300,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=int(os.environ.get("KBPG_HYPOTHESIS_EXAMPLES", "60")), deadline=None)
+@given(text=CJK_TEXT, size=st.integers(100, 240), overlap=st.integers(0, 60))
+def test_cjk_chunks_cover_the_text_with_exact_overlaps(text: str, size: int, overlap: int) -> None:
+    from kbpg_db.chunking import cjk_chunks, separator_list, separator_spans
+
+    base = separator_spans(text, size - overlap, separator_list(None), len)
+    # Zero internal overlap: the pieces partition the text, each within size - overlap.
+    assert "".join(text[a:b] for a, b in base) == text
+    assert all(0 < b - a <= size - overlap for a, b in base)
+    spans = cjk_chunks(text, size, overlap, "characters", None)
+    assert [b for _, b in spans] == [b for _, b in base]
+    for (a, _), (start, end) in zip(base, spans, strict=True):
+        # Each chunk is its piece with exactly `overlap` characters of the text before it.
+        assert start == max(0, a - overlap) if a else start == 0
+        assert end - start <= size
+
+
+def test_cjk_splits_at_the_punctuation_hierarchy() -> None:
+    from kbpg_db.chunking import cjk_chunks, decode_separator, separator_list
+
+    text = "缓存策略很重要。" * 10 + "\n\n" + "キャッシュの設定，とても大事です。" * 8
+    spans = cjk_chunks(text, 100, 0, "characters", None)
+    pieces = [text[a:b] for a, b in spans]
+    assert pieces[0].endswith("\n\n") and all(p.endswith(("。", "\n\n")) for p in pieces)
+    with_overlap = cjk_chunks(text, 100, 10, "characters", None)
+    assert text[with_overlap[1][0] : spans[0][1]] == text[spans[0][1] - 10 : spans[0][1]]
+    # Separators typed in a config: escapes become the characters.
+    assert decode_separator("\\n\\n") == "\n\n" and decode_separator("a\\\\b\\t") == "a\\b\t"
+    assert decode_separator("\\x") == "\\x"
+    assert separator_list(["\\n---\\n", "。"])[:3] == ["\n---\n", "。", "\n\n"]
+    chunks = chunk_text(text, "cjk", 100, 10, chunk_unit="characters")
+    assert all(len(c.content) <= 100 for c in chunks)
+    assert "".join(c.content for c in chunks[:1]) == text[: chunks[0].char_end]
+    # The token-based chunkers end CJK sentences at their punctuation too.
+    recursive = chunk_text(text, "recursive", 40, 0)
+    assert all(c.content.endswith(("。", "，")) for c in recursive[:-1])
+
+
+TABLE_ROWS = "\n".join(
+    f"| {i} | item number {i} with a description | {i * 3} EUR |" for i in range(40)
+)
+PRICES = (
+    "# Prices\nIntro paragraph about prices.\n\n| id | item | price |\n|---|---|---|\n"
+    + TABLE_ROWS
+    + "\n\nAfter the table.\n"
+)
+
+
+def test_a_long_table_is_split_by_rows_with_its_header_repeated() -> None:
+    chunks = chunk_text(PRICES, "markdown_header", 120, 10)
+    pieces = [c for c in chunks if "| item number" in c.content]
+    assert len(pieces) > 3
+    rows_seen: list[str] = []
+    for c in pieces:
+        assert c.content.startswith("| id | item | price |\n|---|---|---|\n| ")
+        assert c.token_count == tokens.count(c.content) <= 120
+        body = c.content.split("|---|---|---|\n", 1)[1]
+        assert PRICES[c.char_start : c.char_end].endswith(body)
+        rows_seen += body.splitlines()
+    assert rows_seen == TABLE_ROWS.splitlines()  # every row once, in order, never cut
+
+
+def test_tables_and_code_blocks_stay_whole_when_they_fit() -> None:
+    table = "| a | b |\n|---|---|\n" + "\n".join(f"| row {i} | value {i} |" for i in range(8))
+    code = "```python\n" + "\n".join(f"x{i} = compute({i})" for i in range(10)) + "\n```"
+    prose = " ".join(f"Sentence {i} says something." for i in range(20))
+    for block in (table, code):
+        text = f"{prose}\n\n{block}\n\n{prose}"
+        need = tokens.count(block)
+        for size in (need, need + 7, need + 30, need * 2):
+            chunks = chunk_text(text, "recursive", size, 0)
+            assert any(block in c.content for c in chunks), (block[:10], size)
+
+
+def test_paragraph_sentence_and_semantic_chunkers() -> None:
+    text = (
+        "Cats purr when content. Cats sleep most of the day.\n\n"
+        "Cats hunt at dusk.\n\n"
+        "Rockets burn fuel to climb. Rockets need oxygen to burn. Rockets reach orbit fast."
+    )
+    paragraphs = chunk_text(text, "paragraph", 200, 0)
+    assert [c.content for c in paragraphs] == [text]  # merged up to the size
+    small = chunk_text(text, "paragraph", 16, 0)
+    assert small[0].content == "Cats purr when content. Cats sleep most of the day."
+    assert all(c.token_count <= 16 for c in small)
+    sentences = chunk_text(text, "sentence", 200, 0, sentences_per_chunk=2)
+    assert [c.content for c in sentences] == [
+        "Cats purr when content. Cats sleep most of the day.",
+        "Cats hunt at dusk.\n\nRockets burn fuel to climb.",
+        "Rockets need oxygen to burn. Rockets reach orbit fast.",
+    ]
+
+    def topics(body: str, spans: list[tuple[int, int]]) -> list[list[float]]:
+        return [[1.0, 0.0] if "Cats" in body[a:b] else [0.0, 1.0] for a, b in spans]
+
+    semantic = chunk_text(text, "semantic", 200, 0, percentile=20, embed=topics)
+    assert [c.content.split()[0] for c in semantic] == ["Cats", "Rockets"]
+    assert semantic[1].content.startswith("Rockets burn fuel")
+    with pytest.raises(ValueError, match="semantic chunker needs"):
+        chunk_text(text, "semantic", 200, 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from kbpg_db.config import (
     STRATEGIES,
@@ -29,8 +31,9 @@ def test_defaults() -> None:
         ("indexing_config", {"chunk_size": 0}, "chunk_size must be between 16 and 32000 (got 0)"),
         (
             "indexing_config",
-            {"chunker": "semantic"},
-            'unknown chunker "semantic" (expected markdown_header, recursive or fixed_size)',
+            {"chunker": "by-chapter"},
+            'unknown chunker "by-chapter" (expected markdown_header, recursive, fixed_size, cjk, '
+            "paragraph, sentence or semantic)",
         ),
         ("indexing_config", {"colour": 1}, 'unknown field "colour"'),
         (
@@ -119,3 +122,22 @@ def test_large_models_and_truncation_opt_in() -> None:
     assert IndexingConfig.model_validate(cfg).dimensions == 3072
     ok = validate("indexing_config", {"chunk_size": 512, "truncate_for_embedding": True})
     assert ok["chunk_size"] == 512
+
+
+def test_cjk_chunker_settings() -> None:
+    cfg = validate(
+        "indexing_config",
+        {"chunker": "cjk", "chunk_unit": "characters", "chunk_size": 180, "separators": ["\\n"]},
+    )
+    assert cfg["cjk_bigrams"] is True and cfg["separators"] == ["\\n"]
+    for bad, message in [
+        ({"chunk_unit": "characters"}, 'chunk_unit "characters" is for the cjk chunker'),
+        (
+            {"chunker": "cjk", "chunk_unit": "characters", "chunk_size": 50},
+            "chunk_size must be at least 100 characters (got 50)",
+        ),
+        ({"separators": ["\\n"]}, "separators are for the cjk chunker"),
+        ({"chunker": "cjk", "separators": [""]}, "each separator must be 1 to 20 characters"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            validate("indexing_config", bad)

@@ -15,8 +15,9 @@ section's text refers to elsewhere in the document:
   are kept, never the section itself or its parent or children (structure is not a
   reference); what was dropped is counted.
 
-Stage 3 embeds each section's title path, summary and reference list; BM25 indexes its
-text. Edges go to ``kb.graph_index_edge``; per-document counts to the ToC row's
+Stage 3 embeds each section's title path, summary (the LLM's; without one, the section's
+own text, as much as the model reads) and the titles it references; BM25 indexes its text.
+Edges go to ``kb.graph_index_edge``; per-document counts to the ToC row's
 ``structure_detail.references``.
 """
 
@@ -334,12 +335,14 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     limit = cfg.input_tokens
     texts: list[str] = []
     for i, node in enumerate(nodes):
-        parts = [" › ".join(node.path)]
-        if node.summary:
-            parts.append(node.summary)
-        if outgoing.get(i):
-            parts.append("References: " + "; ".join(outgoing[i]))
-        texts.append(tokens.truncate("\n".join(parts), limit))
+        head = " › ".join(node.path)
+        tail = "References: " + "; ".join(outgoing[i]) if outgoing.get(i) else ""
+        # The summary the LLM wrote; without one, the section's own text (as much as the
+        # model reads beside its title and references) says more than its lead words.
+        body = node.summary if node.summary_kind == "llm" else pi._body(doc.content, node)
+        room = max(16, limit - tokens.count(head) - tokens.count(tail) - 2)
+        parts = [head, tokens.truncate(body or "", room), tail]
+        texts.append(tokens.truncate("\n".join(p for p in parts if p), limit))
     ctx.report(f"embedding {len(texts)} sections")
     result = embedding.embed(cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts])
     for row, vec in zip(built.chunks, result.vectors, strict=True):
