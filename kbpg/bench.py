@@ -583,7 +583,7 @@ def bench_graph(dsn: str, quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workload": f"{len(data.corpus)} SciFact abstracts as numbered sections of {len(docs)} "
         f"Markdown handbooks, {len(keep_q)} SciFact queries; local MiniLM; GraphIndex with "
-        "enrichment rules (no LLM: summaries are lead text)"
+        "enrichment rules (no LLM: a section is embedded from its own text)"
     }
     kbs = {
         "chunk_embed": {"title_line": False},

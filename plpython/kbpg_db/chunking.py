@@ -470,12 +470,15 @@ def chunk_text(
 _SENTENCE_END = re.compile(r"[.!?…][\"'”’)\]]*(?=\s)|[。！？][」』”’）)]*|\n[ \t]*\n")
 
 
-def paragraph_spans(text: str) -> list[tuple[int, int]]:
-    """Each paragraph (text between blank lines), trimmed of surrounding whitespace."""
+def _pieces(
+    text: str, pattern: re.Pattern[str], start: int, end: int, keep_mark: bool
+) -> list[tuple[int, int]]:
+    """The stretches of ``text[start:end]`` between matches of ``pattern`` (each with
+    the match when ``keep_mark``), trimmed of whitespace, empty ones left out."""
     out: list[tuple[int, int]] = []
-    pos = 0
-    for m in [*_BREAKS[0][0].finditer(text), None]:
-        stop = m.start() if m else len(text)
+    pos = start
+    for m in [*pattern.finditer(text, start, end), None]:
+        stop = end if m is None else (m.end() if keep_mark else m.start())
         a, b = pos, stop
         while a < b and text[a].isspace():
             a += 1
@@ -483,34 +486,25 @@ def paragraph_spans(text: str) -> list[tuple[int, int]]:
             b -= 1
         if a < b:
             out.append((a, b))
-        pos = m.end() if m else len(text)
+        pos = end if m is None else m.end()
     return out
+
+
+def paragraph_spans(text: str) -> list[tuple[int, int]]:
+    """Each paragraph (text between blank lines), trimmed of surrounding whitespace."""
+    return _pieces(text, _BREAKS[0][0], 0, len(text), keep_mark=False)
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Each sentence: up to its end mark (. ! ? and CJK 。！？) or a paragraph break; a
     fenced code block or a table counts as one sentence."""
     out: list[tuple[int, int]] = []
-
-    def sentences(start: int, end: int) -> None:
-        pos = start
-        for m in [*_SENTENCE_END.finditer(text, start, end), None]:
-            stop = m.end() if m else end
-            a, b = pos, stop
-            while a < b and text[a].isspace():
-                a += 1
-            while b > a and text[b - 1].isspace():
-                b -= 1
-            if a < b:
-                out.append((a, b))
-            pos = stop
-
     pos = 0
     for blk in blocks(text):
-        sentences(pos, blk.start)
+        out += _pieces(text, _SENTENCE_END, pos, blk.start, keep_mark=True)
         out.append((blk.start, blk.end))
         pos = blk.end
-    sentences(pos, len(text))
+    out += _pieces(text, _SENTENCE_END, pos, len(text), keep_mark=True)
     return out
 
 
