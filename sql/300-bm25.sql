@@ -56,18 +56,44 @@ COMMENT ON FUNCTION kb.cjk_bigrams(text) IS
   'character bigrams (缓存策略 -> 缓存 存策 策略; a lone character stays) and CJK punctuation as '
   'spaces, for the text search parsers, which do not segment CJK. Other text is unchanged.';
 
+CREATE OR REPLACE FUNCTION kb.identifier_terms(p_text text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(string_agg(t, ' '), '') FROM (
+    SELECT replace(m[1], '_', '')
+    FROM regexp_matches(p_text, '([A-Za-z][A-Za-z0-9]*(?:_+[A-Za-z0-9]+)+)', 'g') m
+    UNION ALL
+    SELECT regexp_replace(m[1], '([a-z0-9])([A-Z])', '\1 \2', 'g')
+    FROM regexp_matches(p_text,
+           '(?:^|[^A-Za-z0-9_])([a-z][a-z0-9]+(?:[A-Z][a-z0-9]+)+|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+)(?![A-Za-z0-9_])',
+           'g') m
+    UNION ALL
+    SELECT replace(m[1], '.', ' ')
+    FROM regexp_matches(p_text, '([A-Za-z_][A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]+)+)', 'g') m
+  ) x(t)
+$$;
+COMMENT ON FUNCTION kb.identifier_terms(text) IS
+  'Extra words for the identifiers in a text, which the text search parsers split or keep '
+  'whole inconsistently: snake_case and CONSTANT_CASE whole (ERR_SOME_CODE -> ERRSOMECODE, '
+  'one rare word), camelCase and PascalCase by parts (getUserName -> get User Name), dotted '
+  'names by parts (fs.readFile -> fs readFile). DEP0005, E42 and --flags need nothing.';
+
 CREATE OR REPLACE FUNCTION kb.text_tsvector(indexing_config jsonb, body text) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT to_tsvector((indexing_config->>'text_search_config')::regconfig,
                      CASE WHEN coalesce((indexing_config->>'cjk_bigrams')::boolean, false)
-                          THEN kb.cjk_bigrams(body) ELSE body END)
+                          THEN kb.cjk_bigrams(body) ELSE body END
+                     || CASE WHEN coalesce((indexing_config->>'identifier_terms')::boolean, false)
+                             THEN E'\n' || kb.identifier_terms(body) ELSE '' END)
 $$;
 COMMENT ON FUNCTION kb.text_tsvector(jsonb, text) IS
   'The tsvector BM25 indexes for a text (chunks) or reads lexemes from (queries), under an '
-  'index generation''s indexing_config: its text_search_config, and CJK bigrams where the '
-  'generation has cjk_bigrams (generations built before that setting existed do not).';
+  'index generation''s indexing_config: its text_search_config, CJK bigrams where it has '
+  'cjk_bigrams, identifier words where it has identifier_terms (generations built before '
+  'those settings existed have neither, and read queries as they were indexed).';
 
 CREATE OR REPLACE FUNCTION kb.query_lexemes(index_id bigint, query text) RETURNS text[]
 LANGUAGE sql STABLE

@@ -293,6 +293,11 @@ class IndexingConfig(_Strict):
         description="semantic chunker: cut before the sentences least similar to the one "
         "before them, this lowest percent of the document's neighbour similarities",
     )
+    identifier_terms: bool = Field(
+        True,
+        description="full_text: index identifiers whole and by parts (ERR_SOME_CODE whole, "
+        "getUserName and fs.readFile by parts), in chunks and queries alike",
+    )
     cjk_bigrams: bool = Field(
         True,
         description="full_text: index runs of Chinese, Japanese and Korean characters as "

@@ -330,6 +330,7 @@ NO_BAD_INPUT = {
     "query_lexemes": "any text has lexemes (an unknown index has none)",
     "tsvector_length": "any tsvector has a length",
     "cjk_bigrams": "any text has a bigram form (the same text when it holds no CJK)",
+    "identifier_terms": "any text has identifier words (none when it names no identifier)",
     "rrf_fuse": "any ranks give a fused score (a missing rank or weight counts as none)",
     "bm25_score": "any tsvector and query have a score",
     "bm25_search": "any query has a ranking (an unknown index or top_k 0 gives no rows)",
