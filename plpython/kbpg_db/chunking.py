@@ -490,22 +490,28 @@ def _pieces(
     return out
 
 
+def _units(text: str, pattern: re.Pattern[str], keep_mark: bool) -> list[tuple[int, int]]:
+    """The pieces of ``text`` between ``pattern``'s matches; a fenced code block or a
+    table is one piece, whatever it holds."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for blk in blocks(text):
+        out += _pieces(text, pattern, pos, blk.start, keep_mark)
+        out.append((blk.start, blk.end))
+        pos = blk.end
+    return out + _pieces(text, pattern, pos, len(text), keep_mark)
+
+
 def paragraph_spans(text: str) -> list[tuple[int, int]]:
-    """Each paragraph (text between blank lines), trimmed of surrounding whitespace."""
-    return _pieces(text, _BREAKS[0][0], 0, len(text), keep_mark=False)
+    """Each paragraph (text between blank lines), trimmed of surrounding whitespace; a
+    code block with blank lines in it is still one paragraph."""
+    return _units(text, _BREAKS[0][0], keep_mark=False)
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Each sentence: up to its end mark (. ! ? and CJK 。！？) or a paragraph break; a
     fenced code block or a table counts as one sentence."""
-    out: list[tuple[int, int]] = []
-    pos = 0
-    for blk in blocks(text):
-        out += _pieces(text, _SENTENCE_END, pos, blk.start, keep_mark=True)
-        out.append((blk.start, blk.end))
-        pos = blk.end
-    out += _pieces(text, _SENTENCE_END, pos, len(text), keep_mark=True)
-    return out
+    return _units(text, _SENTENCE_END, keep_mark=True)
 
 
 def group_spans(

@@ -243,3 +243,10 @@ def test_paragraph_sentence_and_semantic_chunkers() -> None:
     assert semantic[1].content.startswith("Rockets burn fuel")
     with pytest.raises(ValueError, match="semantic chunker needs"):
         chunk_text(text, "semantic", 200, 0)
+
+
+def test_paragraph_chunker_keeps_a_code_block_with_blank_lines_whole() -> None:
+    code = "```python\ndef f():\n    return 1\n\n\ndef g():\n    return 2\n```"
+    text = f"Intro paragraph.\n\n{code}\n\nOutro paragraph."
+    chunks = chunk_text(text, "paragraph", 30, 0)
+    assert any(code in c.content for c in chunks)
