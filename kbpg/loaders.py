@@ -60,12 +60,13 @@ def load_text(path: Path) -> str:
     return _check_text(path, text.replace("\r\n", "\n"))
 
 
-def load_pdf(path: Path) -> tuple[str, list[int], dict[str, Any]]:
-    """Text of every page joined by a blank line, each page's start offset, and metadata."""
+def load_pdf(path: Path, data: bytes) -> tuple[str, list[int], dict[str, Any]]:
+    """Text of every page of the PDF ``data`` (read from ``path``) joined by a blank line,
+    each page's start offset, and metadata."""
     import pymupdf
 
     try:
-        doc = pymupdf.open(path, filetype="pdf")
+        doc = pymupdf.open(stream=data, filetype="pdf")
     except Exception as exc:
         raise DocumentError(f"{path}: cannot be opened as a PDF ({exc})") from None
     with doc:
@@ -178,8 +179,8 @@ def load_file(
     original = None
     try:
         if suffix in PDF_SUFFIXES:
-            content, page_starts, meta = load_pdf(path)
-            original = path.read_bytes()  # Doc2JSON's image mode renders its pages
+            original = path.read_bytes()  # kept too: Doc2JSON's image mode renders its pages
+            content, page_starts, meta = load_pdf(path, original)
         else:
             content = load_text(path)
     except OSError as exc:

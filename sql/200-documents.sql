@@ -1,7 +1,7 @@
 -- Documents: add, replace, delete, reindex one; their status and what indexing cost.
 
 CREATE OR REPLACE FUNCTION kb._keep_file(p_kb_id integer, p_document_id bigint, p_file bytea,
-                                         p_file_name text, p_title text)
+                                         p_sha256 text, p_file_name text, p_title text)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -11,14 +11,15 @@ AS $$
   SELECT p_document_id, p_kb_id, coalesce(p_file_name, p_title),
          CASE WHEN substr(p_file, 1, 5) = '\x255044462d'::bytea THEN 'application/pdf'
               ELSE 'application/octet-stream' END,
-         p_file, encode(sha256(p_file), 'hex'), octet_length(p_file)
+         p_file, p_sha256, octet_length(p_file)
   WHERE p_file IS NOT NULL
   ON CONFLICT (document_id) DO UPDATE
     SET file_name = EXCLUDED.file_name, media_type = EXCLUDED.media_type, data = EXCLUDED.data,
         sha256 = EXCLUDED.sha256, byte_size = EXCLUDED.byte_size, stored_at = now()
 $$;
-COMMENT ON FUNCTION kb._keep_file(integer, bigint, bytea, text, text) IS
-  'Internal: stores (or replaces) a document''s original file; nothing when p_file is NULL.';
+COMMENT ON FUNCTION kb._keep_file(integer, bigint, bytea, text, text, text) IS
+  'Internal: stores (or replaces) a document''s original file, given its sha256 (hex); '
+  'nothing when p_file is NULL.';
 
 CREATE OR REPLACE FUNCTION kb.put_document(
     kb text,
@@ -98,7 +99,7 @@ BEGIN
            usage_mode = put_document.usage_mode, page_starts = put_document.page_starts,
            status = 'pending', error = NULL, attempts = 0, updated_at = now()
      WHERE d.id = v_old.id;
-    PERFORM kb._keep_file(v_kb.id, v_old.id, file, file_name, title);
+    PERFORM kb._keep_file(v_kb.id, v_old.id, file, v_fhash, file_name, title);
     PERFORM kb._enqueue_document(v_kb, v_old.id);
     RETURN QUERY SELECT v_old.id, 'replaced'::text;
     RETURN;
@@ -107,7 +108,7 @@ BEGIN
                                 usage_mode, page_starts)
   VALUES (v_kb.id, title, source_uri, content, v_hash, metadata, usage_mode, page_starts)
   RETURNING d.id INTO document_id;
-  PERFORM kb._keep_file(v_kb.id, document_id, file, file_name, title);
+  PERFORM kb._keep_file(v_kb.id, document_id, file, v_fhash, file_name, title);
   PERFORM kb._enqueue_document(v_kb, document_id);
   action := 'added';
   RETURN NEXT;

@@ -115,6 +115,7 @@ DECLARE
   v_docs   text[];
   v_scores double precision[];
   v_tree   kb.tree_hit[];
+  v_hits   bigint[];
 BEGIN
   v_kb := kb._get_kb(p_kb);
   PERFORM kb._check_query(p_query);
@@ -234,19 +235,19 @@ BEGIN
   -- order of the hit that refers to them; each names that hit and the reference.
   IF v_ix.indexing_config->>'strategy' = 'graph_index' AND cardinality(v_rows) > 0
      AND (v_cfg->>'graph_expansion')::boolean AND (v_cfg->>'expansion_limit')::integer > 0 THEN
+    -- The hits returned above, in their order.
+    v_hits := ARRAY(SELECT x.chunk_id FROM unnest(v_rows) x
+                    ORDER BY coalesce(x.rerank_rank, x.fused_rank) LIMIT v_top);
     RETURN QUERY
-    WITH top AS (
-      SELECT x.chunk_id, row_number() OVER (ORDER BY coalesce(x.rerank_rank, x.fused_rank)) AS fr
-      FROM unnest(v_rows) x
-    ), cand AS (
-      SELECT e.target_chunk_id, t.chunk_id AS via, t.fr, e.ordinal, e.kind, e.phrase,
-             row_number() OVER (PARTITION BY e.target_chunk_id ORDER BY t.fr, e.ordinal) AS k
-      FROM top t JOIN kb.graph_index_edge e ON e.source_chunk_id = t.chunk_id
-      WHERE t.fr <= v_top
-        AND NOT EXISTS (SELECT 1 FROM top h WHERE h.fr <= v_top AND h.chunk_id = e.target_chunk_id)
+    WITH cand AS (
+      SELECT e.target_chunk_id, h.chunk_id AS via, h.fr, e.ordinal, e.kind, e.phrase,
+             row_number() OVER (PARTITION BY e.target_chunk_id ORDER BY h.fr, e.ordinal) AS k
+      FROM unnest(v_hits) WITH ORDINALITY AS h(chunk_id, fr)
+      JOIN kb.graph_index_edge e ON e.source_chunk_id = h.chunk_id
+      WHERE e.target_chunk_id <> ALL (v_hits)
     )
     SELECT c.target_chunk_id,
-           (least(cardinality(v_rows), v_top) + row_number() OVER (ORDER BY c.fr, c.ordinal))::integer,
+           (cardinality(v_hits) + row_number() OVER (ORDER BY c.fr, c.ordinal))::integer,
            NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
            NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
            NULL::double precision, v_method, v_prep.note, coalesce(v_prep.usage, '{}'), c.via,

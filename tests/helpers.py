@@ -45,6 +45,22 @@ def remote_kb(
     client.conn.execute("SET kb.fake_key = 'test-key'")
 
 
+def full_text_kb(
+    client: Client,
+    conn: psycopg.Connection[Any],
+    provider: FakeProvider,
+    name: str,
+    docs: dict[str, str],
+    **extra: Any,
+) -> None:
+    """A remote-embedding KB searched by full_text by default, holding ``docs`` (title ->
+    text), indexed."""
+    remote_kb(client, conn, provider, name, {"method": "full_text"}, **extra)
+    for title, text in docs.items():
+        client.add_text(name, title, text)
+    run_worker(conn.info.dsn)
+
+
 def run_worker(dsn: str, concurrency: int = 1, timeout: float = 300, **kwargs: Any) -> Any:
     """Drain the queue with an in-process worker; fail (not hang) if it cannot."""
     import threading

@@ -138,16 +138,20 @@ def _line_end(text: str, line: tuple[int, int]) -> int:
     return b - 1 if b > a and text[b - 1] == "\n" else b
 
 
-def blocks(text: str, start: int = 0, end: int | None = None) -> list[Block]:
-    """The fenced code blocks and Markdown tables of ``text[start:end]``, in order."""
-    end = len(text) if end is None else end
-    lines: list[tuple[int, int]] = []  # (line start, line end incl. newline)
+def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """(start, end) of each line of ``text[start:end]``, its newline included."""
+    out: list[tuple[int, int]] = []
     pos = start
     while pos < end:
         nl = text.find("\n", pos, end)
-        stop = end if nl < 0 else nl + 1
-        lines.append((pos, stop))
-        pos = stop
+        out.append((pos, end if nl < 0 else nl + 1))
+        pos = out[-1][1]
+    return out
+
+
+def blocks(text: str, start: int = 0, end: int | None = None) -> list[Block]:
+    """The fenced code blocks and Markdown tables of ``text[start:end]``, in order."""
+    lines = _lines(text, start, len(text) if end is None else end)
     out: list[Block] = []
     i = 0
     while i < len(lines):
@@ -167,7 +171,7 @@ def blocks(text: str, start: int = 0, end: int | None = None) -> list[Block]:
             continue
         if "|" in line and i + 1 < len(lines):
             rule = text[lines[i + 1][0] : lines[i + 1][1]].rstrip("\r\n")
-            if _TABLE_RULE.match(rule) and ("|" in rule or line.count("|") >= 1):
+            if _TABLE_RULE.match(rule):
                 j = i + 2
                 while j < len(lines) and "|" in text[lines[j][0] : lines[j][1]]:
                     j += 1
@@ -272,12 +276,18 @@ def _windows(
     return spans
 
 
-def _fit(text: str, start: int, end: int, size: int) -> tuple[int, int, int] | None:
-    """Trim whitespace off a span; shrink it until it holds at most ``size`` tokens."""
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """A span without the whitespace at its ends."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
+    return start, end
+
+
+def _fit(text: str, start: int, end: int, size: int) -> tuple[int, int, int] | None:
+    """Trim whitespace off a span; shrink it until it holds at most ``size`` tokens."""
+    start, end = _trim(text, start, end)
     if start >= end:
         return None
     count = tokens.count(text[start:end])
@@ -321,37 +331,26 @@ def _table_rows(text: str, table: Block, size: int) -> list[Span]:
     header = text[table.start : table.header_end]
     if tokens.count(header) * 2 > size:  # no room for rows beside the header: cut at lines
         return _windowed(text, table.start, table.end, size, 0, (LINE, WORD), [])
-    rows: list[tuple[int, int]] = []
-    pos = table.header_end
-    while pos < table.end:
-        nl = text.find("\n", pos, table.end)
-        rows.append((pos, table.end if nl < 0 else nl + 1))
-        pos = rows[-1][1]
     out: list[Span] = []
 
-    def piece(a: int, b: int) -> tuple[str, str, int]:
+    def piece(a: int, b: int) -> Span:
         prefix = "" if a == table.start else header
         body = text[a:b].rstrip("\n")
-        return prefix, body, tokens.count(prefix + body)
+        return a, a + len(body), tokens.count(prefix + body), prefix
 
-    group: tuple[int, int] | None = None
-    for a, b in rows:
+    group: tuple[int, int] | None = (table.start, table.header_end)  # the header, in place
+    for a, b in _lines(text, table.header_end, table.end):
         if group is not None and piece(group[0], b)[2] <= size:
             group = (group[0], b)
             continue
         if group is not None:
-            prefix, body, n = piece(*group)
-            out.append((group[0], group[0] + len(body), n, prefix))
-        group = (a if out or group is not None else table.start, b)
-        if piece(*group)[2] > size:  # one row longer than a chunk: cut it like text
-            if group[0] == table.start:
-                prefix, body, n = piece(table.start, a)
-                out.append((table.start, table.start + len(body), n, ""))
+            out.append(piece(*group))
+        group = (a, b)
+        if piece(a, b)[2] > size:  # one row longer than a chunk: cut it like text
             out += _windowed(text, a, b, size, 0, (WORD,), [])
             group = None
     if group is not None:
-        prefix, body, n = piece(*group)
-        out.append((group[0], group[0] + len(body), n, prefix))
+        out.append(piece(*group))
     return out
 
 
@@ -479,11 +478,7 @@ def _pieces(
     pos = start
     for m in [*pattern.finditer(text, start, end), None]:
         stop = end if m is None else (m.end() if keep_mark else m.start())
-        a, b = pos, stop
-        while a < b and text[a].isspace():
-            a += 1
-        while b > a and text[b - 1].isspace():
-            b -= 1
+        a, b = _trim(text, pos, stop)
         if a < b:
             out.append((a, b))
         pos = end if m is None else m.end()

@@ -9,7 +9,7 @@ import psycopg
 
 from kbpg.client import Client
 from tests.fakeprovider import FakeProvider
-from tests.helpers import remote_kb, run_worker
+from tests.helpers import full_text_kb
 
 ZH = (
     "# 缓存\n缓存策略可以减少数据库的负载。当数据变化时，缓存需要失效。\n\n"
@@ -22,11 +22,7 @@ EN = "Caching reduces load on the database. Logging records what the system did.
 def kb_with(
     client: Client, conn: psycopg.Connection, provider: FakeProvider, name: str, **cfg: Any
 ) -> None:
-    remote_kb(client, conn, provider, name, {"method": "full_text"}, **cfg)
-    client.add_text(name, "zh", ZH)
-    client.add_text(name, "ja", JA)
-    client.add_text(name, "en", EN)
-    run_worker(conn.info.dsn)
+    full_text_kb(client, conn, provider, name, {"zh": ZH, "ja": JA, "en": EN}, **cfg)
 
 
 def test_full_text_finds_words_inside_cjk_runs(

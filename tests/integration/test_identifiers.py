@@ -7,7 +7,7 @@ import psycopg
 
 from kbpg.client import Client
 from tests.fakeprovider import FakeProvider
-from tests.helpers import remote_kb, run_worker
+from tests.helpers import full_text_kb
 
 API = """# Errors
 
@@ -28,9 +28,7 @@ Reading and writing files, reading user names: see the guide.
 def kb(
     client: Client, conn: psycopg.Connection, provider: FakeProvider, name: str, **cfg: object
 ) -> None:
-    remote_kb(client, conn, provider, name, {"method": "full_text"}, **cfg)
-    client.add_text(name, "api", API)
-    run_worker(conn.info.dsn)
+    full_text_kb(client, conn, provider, name, {"api": API}, **cfg)
 
 
 def test_identifiers_are_indexed_whole_and_by_parts(

@@ -34,6 +34,7 @@ from kbpg_db import embedding, tokens
 from kbpg_db.config import Doc2JsonExtra, IndexingConfig, SchemaField
 from kbpg_db.llm import Llm, Request
 from kbpg_db.strategies import BuildContext, Built, Document, StrategyError
+from kbpg_db.strategies.page_index import text_field
 
 FUZZY_MIN = 0.8
 _JSON_TYPES = {
@@ -274,30 +275,23 @@ def merge(
                 if any(_same(item, h) for h in held):
                     continue
                 held.append(item)
-                at = f"{path}[{len(held) - 1}]"
-                if isinstance(item, dict):
-                    _ground_all(item, at + ".", window, ground, sources)
-                else:
-                    sources[at] = {"window": window, **ground(item)}
+                for at, leaf in flatten(item, f"{path}[{len(held) - 1}]"):
+                    sources[at] = {"window": window, **ground(leaf)}
         else:
             into[name] = value
             sources[path] = {"window": window, **ground(value)}
 
 
-def _ground_all(
-    obj: dict[str, Any], prefix: str, window: int, ground: Any, sources: dict[str, Any]
-) -> None:
-    for key, value in obj.items():
-        if isinstance(value, dict):
-            _ground_all(value, f"{prefix}{key}.", window, ground, sources)
-        elif isinstance(value, list):
-            for k, item in enumerate(value):
-                if isinstance(item, dict):
-                    _ground_all(item, f"{prefix}{key}[{k}].", window, ground, sources)
-                else:
-                    sources[f"{prefix}{key}[{k}]"] = {"window": window, **ground(item)}
-        else:
-            sources[prefix + key] = {"window": window, **ground(value)}
+def flatten(value: Any, path: str = "") -> Any:
+    """(path, scalar) for every scalar in a value: ``a.b``, ``items[0].sku``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from flatten(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for k, item in enumerate(value):
+            yield from flatten(item, f"{path}[{k}]")
+    else:
+        yield path, value
 
 
 def _number_forms(value: float | int) -> list[str]:
@@ -394,23 +388,9 @@ def _extraction_llm(extra: Doc2JsonExtra, llm: Llm | None) -> Llm:
     return llm.with_model(extra.extraction_model)
 
 
-def fields_text(values: dict[str, Any], prefix: str = "") -> list[str]:
+def fields_text(values: dict[str, Any]) -> list[str]:
     """``path: value`` lines, the way the document's chunk shows its fields."""
-    lines: list[str] = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            lines += fields_text(value, f"{prefix}{key}.")
-        elif isinstance(value, list):
-            for k, item in enumerate(value):
-                if isinstance(item, dict):
-                    lines += fields_text(item, f"{prefix}{key}[{k}].")
-                else:
-                    lines.append(f"{prefix}{key}[{k}]: {item}")
-        else:
-            lines.append(
-                f"{prefix}{key}: {json.dumps(value) if isinstance(value, bool) else value}"
-            )
-    return lines
+    return [f"{path}: {json.dumps(v) if isinstance(v, bool) else v}" for path, v in flatten(values)]
 
 
 def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
@@ -511,7 +491,7 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
                 "properties": {"summary": {"type": "string"}},
                 "required": ["summary"],
             },
-            _summary_value,
+            text_field("summary"),
             max_tokens=400,
         )
     )
@@ -543,12 +523,3 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         "mode": extra.mode,
     }
     return Built([row], artifacts, vec.tokens, vec.cost_usd)
-
-
-def _summary_value(value: Any) -> str:
-    if not isinstance(value, dict) or not isinstance(value.get("summary"), str):
-        raise ValueError('expected {"summary": "..."}')
-    out = value["summary"].strip()
-    if not out:
-        raise ValueError("summary is empty")
-    return out[:4000]

@@ -151,7 +151,7 @@ class Resolver:
         out: list[tuple[int, str]] = []
         unresolved = 0
         for m in _REF.finditer(text):
-            word = _WORDS.get(m.group("word").lower().replace(" ", ""), "section")
+            word = _WORDS.get(m.group("word").lower(), "section")
             for label in _ONE_LABEL.findall(m.group("labels")):
                 if label.isalpha() and not label.isupper():
                     continue  # "part a": a lower-case letter is a word, not a label
@@ -257,17 +257,16 @@ def references(
         "dropped_structural": 0,
     }
     llm = _enrichment_llm(extra, ctx.llm)
+    if llm is None and extra.enrichment != "rules":
+        stats["llm"] = "not configured"
     if llm is None or not ask:
-        stats["llm"] = "not configured" if llm is None and extra.enrichment != "rules" else None
         return refs, stats
     by_id = {n.node_id: i for i, n in enumerate(nodes)}
     toc = _toc_lines(nodes)
     requests = []
     for i in ask:
         node = nodes[i]
-        body = text[node.start : node.own_end]
-        if tokens.count(body) > NODE_TEXT_TOKENS:
-            body = tokens.truncate(body, NODE_TEXT_TOKENS)
+        body = tokens.truncate(text[node.start : node.own_end], NODE_TEXT_TOKENS)
         requests.append(
             Request(
                 "section_references",
@@ -318,7 +317,6 @@ def references(
             count += 1
             refs.append(Ref(i, target, item["kind"], item["phrase"], "llm"))
             stats["llm_edges"] += 1
-    stats["llm"] = None
     return refs, stats
 
 
@@ -327,7 +325,6 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     tree = pi.build_tree(doc, extra, ctx)
     built = pi.stored(doc, tree)
     refs, stats = references(doc, tree, extra, ctx)
-    stats = {k: v for k, v in stats.items() if v is not None}
     nodes = tree.nodes
     outgoing: dict[int, list[str]] = {}
     for r in refs:

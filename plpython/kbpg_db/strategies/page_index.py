@@ -366,7 +366,9 @@ DESCRIPTION_SCHEMA = {
 }
 
 
-def _text_field(name: str) -> Any:
+def text_field(name: str) -> Any:
+    """A validator for an answer ``{name: "..."}``: the text, stripped, not empty."""
+
     def check(value: Any) -> str:
         if not isinstance(value, dict) or not isinstance(value.get(name), str):
             raise ValueError(f'expected {{"{name}": "..."}}')
@@ -414,7 +416,7 @@ def summarise(
                         {"role": "user", "content": content + '\n\nReturn {"summary": "..."}.'},
                     ],
                     SUMMARY_SCHEMA,
-                    _text_field("summary"),
+                    text_field("summary"),
                     max_tokens=300,
                 ),
             )
@@ -452,7 +454,7 @@ def describe(
                 },
             ],
             DESCRIPTION_SCHEMA,
-            _text_field("description"),
+            text_field("description"),
             max_tokens=300,
         )
     )
