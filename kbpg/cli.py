@@ -142,6 +142,8 @@ def cmd_kb_create(args: argparse.Namespace) -> int:
         value = getattr(args, key)
         if value is not None:
             icfg[key] = value
+    if args.knowledge_graph:
+        icfg.setdefault("knowledge_graph", {})["enabled"] = True
     with _client(args) as client:
         kb_id = client.create_knowledge_base(
             args.name, icfg, rcfg, args.description or "", args.team, args.private
@@ -379,6 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--chunk-size", dest="chunk_size", type=int)
     c.add_argument("--chunk-overlap", dest="chunk_overlap", type=int)
     c.add_argument("--embedding-model", dest="embedding_model")
+    c.add_argument(
+        "--knowledge-graph",
+        action="store_true",
+        help="also build the knowledge graph (document, heading and code graphs)",
+    )
     c.add_argument("--description")
     c.add_argument("--team", help="the team it belongs to (default: your only team)")
     c.add_argument("--private", action="store_true", help="visible to you only")
@@ -400,7 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--indexing-config", help="new indexing_config (JSON); default: the current one")
     r.set_defaults(func=cmd_kb_reindex)
 
-    i = sub.add_parser("ingest", help="add files and folders (.md .markdown .txt .pdf)")
+    i = sub.add_parser(
+        "ingest",
+        help="add files and folders (.md .txt .pdf and source code; folders walked as repositories)",
+    )
     i.add_argument("kb")
     i.add_argument("paths", nargs="+", metavar="PATH")
     i.add_argument("--category")

@@ -1,4 +1,5 @@
-"""Loading files into documents: Markdown and text as UTF-8, PDF page by page (pymupdf).
+"""Loading files into documents: Markdown, text and source code as UTF-8, PDF page by
+page (pymupdf); folders walked like a repository (.gitignore, no vendored folders).
 
 Every problem is a :class:`DocumentError` that names the file and what is wrong with
 it, so a batch can report it and go on with the next file.
@@ -13,13 +14,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbpg_db import code_graph
 from kbpg_db.config import MAX_DOCUMENT_BYTES
 
 from kbpg.errors import DocumentError
 
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 PDF_SUFFIXES = (".pdf",)
-SUPPORTED = TEXT_SUFFIXES + PDF_SUFFIXES
+# Source files: read as text, split at their definitions, and parsed into the code graph.
+CODE_SUFFIXES = tuple(sorted({*code_graph.TREE_SITTER, *code_graph.LINE_SCAN}))
+SUPPORTED = TEXT_SUFFIXES + PDF_SUFFIXES + CODE_SUFFIXES
+# Folders a repository walk never enters: dependencies and build output, not its own code.
+VENDORED = frozenset(
+    {
+        "node_modules",
+        "vendor",
+        "third_party",
+        "third-party",
+        "bower_components",
+        "site-packages",
+        "__pycache__",
+        "venv",
+        "dist",
+        "build",
+        "target",
+        "out",
+        "coverage",
+        "Pods",
+    }
+)
 DEFAULT_MAX_BYTES = MAX_DOCUMENT_BYTES  # the server's default limit too
 PAGE_SEPARATOR = "\n\n"
 
@@ -186,12 +209,17 @@ def load_file(
     except OSError as exc:
         raise DocumentError(f"{path}: cannot be read ({exc.strerror})") from None
     meta["file_type"] = suffix.lstrip(".")
-    meta.update(metadata or {})
     if title is None:
         try:
-            title = str(path.relative_to(root)) if root else path.name
+            title = path.relative_to(root).as_posix() if root else path.name
         except ValueError:
             title = path.name
+    if suffix in CODE_SUFFIXES:
+        meta["path"] = title
+        meta["language"] = code_graph.language_of(path.name)
+        if root is not None and (root / ".git").exists():
+            meta["repository"] = root.resolve().name
+    meta.update(metadata or {})
     return LoadedDocument(
         title=title,
         content=content,
@@ -204,21 +232,74 @@ def load_file(
     )
 
 
-def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
-    """Files under ``paths`` as (file, root) pairs; folders are walked, hidden ones skipped.
+def _ignore_spec(folder: Path) -> Any:
+    """The patterns of a folder's .gitignore, or None."""
+    import pathspec
 
-    Files of unsupported types inside folders are skipped; named directly they are
-    returned, so the loader reports them.
-    """
+    try:
+        lines = (folder / ".gitignore").read_text("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _ignored(specs: list[tuple[Path, Any]], entry: Path, is_dir: bool) -> bool:
+    """Whether a .gitignore of a folder above ``entry`` ignores it."""
+    for base, spec in specs:
+        rel = entry.relative_to(base).as_posix() + ("/" if is_dir else "")
+        if spec.match_file(rel):
+            return True
+    return False
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
+
+
+def _looks_binary(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return b"\x00" in fh.read(8192)
+    except OSError:
+        return False  # the loader reports what cannot be read
+
+
+def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
+    """Files under ``paths`` as (file, root) pairs. Folders are walked as a repository
+    is: hidden files and folders, vendored and build folders (node_modules, vendor,
+    target, ...) and what any .gitignore on the way ignores are skipped, and so are files
+    of unsupported types and binary files. A file named directly is returned, so the
+    loader reports what is wrong with it."""
     found: list[tuple[Path, Path]] = []
     for p in paths:
-        if p.is_dir():
-            for f in sorted(p.rglob("*")):
-                rel = f.relative_to(p)
-                if any(part.startswith(".") for part in rel.parts):
-                    continue
-                if f.is_file() and f.suffix.lower() in SUPPORTED:
-                    found.append((f, p))
-        else:
+        if not p.is_dir():
             found.append((p, p.parent))
+            continue
+        specs: list[tuple[Path, Any]] = []
+        for folder, dirs, files in os.walk(p):
+            here = Path(folder)
+            specs = [(base, spec) for base, spec in specs if here == base or base in here.parents]
+            spec = _ignore_spec(here)
+            if spec is not None:
+                specs.append((here, spec))
+
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if not d.startswith(".")
+                and d not in VENDORED
+                and not _ignored(specs, here / d, True)
+            )
+            for name in sorted(files):
+                f = here / name
+                if name.startswith(".") or f.suffix.lower() not in SUPPORTED:
+                    continue
+                if _ignored(specs, f, False) or not f.is_file():
+                    continue
+                if f.suffix.lower() in CODE_SUFFIXES and (_is_empty(f) or _looks_binary(f)):
+                    continue  # an empty __init__.py is a marker, not a document
+                found.append((f, p))
     return found

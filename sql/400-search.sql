@@ -94,7 +94,8 @@ RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
                bm25_rank integer, bm25_score double precision,
                fused_rank integer, fused_score double precision,
                rerank_rank integer, rerank_score double precision,
-               method text, note text, usage jsonb, expanded_from bigint, expansion text)
+               method text, note text, usage jsonb, expanded_from bigint, expansion text,
+               graph_rank integer, graph_path text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -116,6 +117,9 @@ DECLARE
   v_scores double precision[];
   v_tree   kb.tree_hit[];
   v_hits   bigint[];
+  v_gw     double precision := 0;
+  v_gchunk bigint[];
+  v_gpath  text[];
 BEGIN
   v_kb := kb._get_kb(p_kb);
   PERFORM kb._check_query(p_query);
@@ -151,6 +155,16 @@ BEGIN
       SELECT ROW(t.chunk_id, NULL, NULL, NULL, NULL, t.rank, 1.0 / t.rank, NULL, NULL)::kb.search_stage
       FROM unnest(v_tree) t WHERE t.chunk_id IS NOT NULL ORDER BY t.rank);
   ELSE
+    -- The knowledge graph's channel (hybrid, on KBs that have one): the chunks holding
+    -- the vertices the query names and their neighbours, fused as a third list.
+    IF v_method = 'hybrid' AND (v_ix.indexing_config->'knowledge_graph'->>'enabled')::boolean
+       AND (v_cfg->>'graph_weight')::double precision > 0 THEN
+      v_gw := (v_cfg->>'graph_weight')::double precision;
+      SELECT array_agg(g.chunk_id ORDER BY g.rank), array_agg(g.path ORDER BY g.rank)
+        INTO v_gchunk, v_gpath
+        FROM kb._graph_channel(v_ix.id, p_query, (v_cfg->>'graph_limit')::integer,
+                               (v_cfg->>'graph_hops')::integer, v_filter) g;
+    END IF;
     v_rows := ARRAY(
       WITH v AS (
         SELECT x.chunk_id, x.similarity,
@@ -164,16 +178,19 @@ BEGIN
         FROM kb.bm25_search(v_ix.id, p_query, v_depth, (v_cfg->>'bm25_k1')::double precision,
                             (v_cfg->>'bm25_b')::double precision, v_filter) x
         WHERE v_method IN ('full_text', 'hybrid')
+      ), gr AS (
+        SELECT u.chunk_id, u.rn::integer AS rn FROM unnest(v_gchunk) WITH ORDINALITY AS u(chunk_id, rn)
       ), f AS (
-        SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.rn AS vrank, v.similarity AS vscore,
-               t.rn AS trank, t.score AS tscore,
+        SELECT coalesce(v.chunk_id, t.chunk_id, gr.chunk_id) AS chunk_id, v.rn AS vrank,
+               v.similarity AS vscore, t.rn AS trank, t.score AS tscore,
                CASE v_method
                  WHEN 'vector' THEN v.similarity
                  WHEN 'full_text' THEN t.score
-                 ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn], ARRAY[v_w, 1 - v_w],
+                 ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn, gr.rn], ARRAY[v_w, 1 - v_w, v_gw],
                                   (v_cfg->>'rrf_k')::double precision)
                END AS fused
         FROM v FULL JOIN t ON t.chunk_id = v.chunk_id
+        FULL JOIN gr ON gr.chunk_id = coalesce(v.chunk_id, t.chunk_id)
       ), miss AS (
         -- BM25-only candidates still get their cosine similarity (for thresholds, explain):
         -- one primary-key scan for all of them. (A join here was planned as a hash join that
@@ -228,7 +245,8 @@ BEGIN
          CASE WHEN v_method = 'hybrid' THEN r.fused_score / nullif(r.top_fused, 0)
               ELSE r.fused_score END,
          r.rerank_rank, r.rerank_score, v_method, v_prep.note, coalesce(v_prep.usage, '{}'),
-         NULL::bigint, NULL::text
+         NULL::bigint, NULL::text, array_position(v_gchunk, r.chunk_id),
+         v_gpath[array_position(v_gchunk, r.chunk_id)]
   FROM r WHERE r.fr <= v_top ORDER BY r.fr;
 
   -- GraphIndex: the sections the hits reference (first degree), after the hits, in the
@@ -251,7 +269,7 @@ BEGIN
            NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
            NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
            NULL::double precision, v_method, v_prep.note, coalesce(v_prep.usage, '{}'), c.via,
-           c.kind || ': ' || c.phrase
+           c.kind || ': ' || c.phrase, NULL::integer, NULL::text
     FROM cand c WHERE c.k = 1
     ORDER BY c.fr, c.ordinal
     LIMIT (v_cfg->>'expansion_limit')::integer;
@@ -288,14 +306,15 @@ RETURNS TABLE (final_rank integer, chunk_id bigint, score double precision,
                rerank_rank integer, rerank_score double precision, method text, note text,
                usage jsonb, document_id bigint, title text, content text,
                heading_path text[], page integer, metadata jsonb, source_uri text,
-               char_start integer, char_end integer, expanded_from bigint, expansion text)
+               char_start integer, char_end integer, expanded_from bigint, expansion text,
+               graph_rank integer, graph_path text)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT s.final_rank, s.chunk_id, s.score, s.vector_rank, s.vector_score, s.bm25_rank,
          s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score, s.method,
          s.note, s.usage, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
-         c.char_start, c.char_end, s.expanded_from, s.expansion
+         c.char_start, c.char_end, s.expanded_from, s.expansion, s.graph_rank, s.graph_path
   FROM kb._search_core(p_kb, p_query, p_overrides) s
   -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
   -- skip the search itself, and with it the validation of the options.
@@ -347,17 +366,20 @@ CREATE OR REPLACE FUNCTION kb.explain_search(
                  bm25_rank integer, bm25_score double precision,
                  fused_rank integer, fused_score double precision,
                  rerank_rank integer, rerank_score double precision, method text, note text,
-                 usage jsonb, expanded_from bigint, expansion text)
+                 usage jsonb, expanded_from bigint, expansion text, graph_rank integer,
+                 graph_path text)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT r.final_rank, r.chunk_id, r.title, r.score, r.vector_rank, r.vector_score,
          r.bm25_rank, r.bm25_score, r.fused_rank, r.fused_score, r.rerank_rank, r.rerank_score,
-         r.method, r.note, r.usage, r.expanded_from, r.expansion
+         r.method, r.note, r.usage, r.expanded_from, r.expansion, r.graph_rank, r.graph_path
   FROM kb._search_rows(kb, query,
          kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
 COMMENT ON FUNCTION kb.explain_search IS
   'Like kb.search, with each result''s rank and score in every stage: vector, BM25, fusion '
   '(normalised), rerank. NULL where a stage did not see the chunk. A GraphIndex section added '
-  'by expansion names the hit (expanded_from) and the reference (expansion: kind: phrase).';
+  'by expansion names the hit (expanded_from) and the reference (expansion: kind: phrase). On '
+  'a KB with a knowledge graph, graph_rank is the chunk''s rank in the graph channel and '
+  'graph_path how the graph reached it (names X, or X -defines-> Y).';

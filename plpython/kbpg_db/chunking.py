@@ -655,3 +655,104 @@ def page_of(page_starts: list[int] | None, char_offset: int) -> int | None:
     if not page_starts:
         return None
     return max(1, bisect.bisect_right(page_starts, char_offset))
+
+
+# --- source code: chunks at definition boundaries -----------------------------------------------
+@dataclass
+class Definition:
+    """A definition of a source file (code_graph gives them): characters ``start:end``
+    (whole lines), a label (``class Circle``) and the definitions nested in it."""
+
+    start: int
+    end: int
+    label: str
+    children: list[Definition] = field(default_factory=list)
+
+
+_LEAD = re.compile(r"^[ \t]*(#|//|/\*|\*|@|--|;|\"\"\"|''')")
+
+
+def _with_leading_comments(text: str, start: int, floor: int) -> int:
+    """Move a definition's start up over the comment and decorator lines right above it."""
+    pos = start
+    while pos > floor:
+        prev = text.rfind("\n", floor, pos - 1)
+        line_start = floor if prev < 0 else prev + 1
+        line = text[line_start:pos]
+        if not line.strip() or not _LEAD.match(line) or line_start < floor:
+            break
+        pos = line_start
+    return pos
+
+
+def definition_chunks(
+    text: str, definitions: list[Definition], path: str, chunk_size: int, chunk_overlap: int
+) -> list[Chunk]:
+    """A source file's chunks: each definition (with the comments and decorators above it)
+    is one chunk when it fits; a longer one is split at the definitions nested in it
+    (a class at its methods), and one with none at line ends. Neighbouring pieces that fit
+    together are merged. Every chunk is an exact slice; its heading path is the file and
+    the definitions it sits in (``app.py > class Circle > def area``)."""
+    pieces: list[tuple[int, int, list[str]]] = []
+
+    def split(start: int, end: int, defs: list[Definition], path_: list[str]) -> None:
+        prefix = HEADING_SEPARATOR.join(path_)
+        budget = max(chunk_size - tokens.count(prefix + "\n\n"), min(chunk_size, 16))
+        pos = start
+        for d in sorted(defs, key=lambda d: d.start):
+            if d.start < pos or d.end > end:
+                continue  # overlapping (a line scan's guess): the enclosing span keeps it
+            lead = _with_leading_comments(text, d.start, pos)
+            if text[pos:lead].strip():
+                whole(pos, lead, path_, budget)
+            inner = [*path_, d.label]
+            inner_budget = max(
+                chunk_size - tokens.count(HEADING_SEPARATOR.join(inner) + "\n\n"),
+                min(chunk_size, 16),
+            )
+            if tokens.count(text[lead : d.end]) <= inner_budget or not d.children:
+                whole(lead, d.end, inner, inner_budget)
+            else:
+                split(lead, d.end, d.children, inner)
+            pos = d.end
+        if text[pos:end].strip():
+            whole(pos, end, path_, budget)
+
+    def whole(start: int, end: int, path_: list[str], budget: int) -> None:
+        start, end = _trim(text, start, end)
+        if start >= end:
+            return
+        if tokens.count(text[start:end]) <= budget:
+            pieces.append((start, end, path_))
+            return
+        for s, e, _n, _head in _windowed(
+            text, start, end, budget, min(chunk_overlap, budget - 1), (LINE, WORD), []
+        ):
+            pieces.append((s, e, path_))
+
+    split(0, len(text), definitions, [path])
+    # Merge neighbours that fit together: siblings (two methods of a class, under the
+    # class; two pieces of one function) and a header (a class's first lines, a file's
+    # imports) with the first member after it, under that member. A member and what
+    # follows its class stay apart, so a chunk's path names the definitions it holds.
+    merged: list[tuple[int, int, list[str]]] = []
+    for s, e, p in pieces:
+        if merged:
+            ms, _me, mp = merged[-1]
+            joined = None
+            if len(mp) == len(p) and mp[:-1] == p[:-1]:
+                joined = mp if mp == p else mp[:-1]
+            elif mp == p[:-1]:
+                joined = p  # the header goes with its first member, which names both
+            prefix = HEADING_SEPARATOR.join(joined or [])
+            if joined and tokens.count(prefix + "\n\n" + text[ms:e]) <= chunk_size:
+                merged[-1] = (ms, e, joined)
+                continue
+        merged.append((s, e, p))
+    chunks: list[Chunk] = []
+    for s, e, p in merged:
+        content = text[s:e]
+        chunk = Chunk(len(chunks), content, s, e, tokens.count(content), list(p))
+        chunk.embed_text = f"{chunk.header_path}\n\n{content}"
+        chunks.append(chunk)
+    return chunks

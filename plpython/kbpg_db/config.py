@@ -262,6 +262,30 @@ STRATEGIES: dict[str, StrategySpec] = {
 }
 
 
+GRAPHS = ("document", "heading", "code")
+
+
+class KnowledgeGraphSettings(_Strict):
+    """The knowledge-graph index of a ChunkEmbed KB (seed 001's KnowledgeGraph index method),
+    beside its vectors and BM25: graphs of vertices and edges in kb.graph_node and
+    kb.graph_edge, read by the graph SQL functions and by search's graph channel."""
+
+    enabled: bool = False
+    graphs: list[Literal[GRAPHS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(GRAPHS),
+        min_length=1,
+        description="document: document -include-> chunk, chunk -include-> chunk where "
+        "sections nest, chunk -next-> chunk; heading: a Markdown document's headings; code: "
+        "a source file's definitions with calls, imports, inherits and implements",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> KnowledgeGraphSettings:
+        if len(set(self.graphs)) != len(self.graphs):
+            raise ValueError("knowledge_graph.graphs names a graph twice")
+        return self
+
+
 class IndexingConfig(_Strict):
     """How documents of a knowledge base are indexed: the strategy and its settings.
 
@@ -303,6 +327,12 @@ class IndexingConfig(_Strict):
         description="full_text: index runs of Chinese, Japanese and Korean characters as "
         "overlapping character bigrams (PostgreSQL's parsers do not segment them)",
     )
+    code_chunking: bool = Field(
+        True,
+        description="split source files (a title or metadata path ending .py, .ts, .go, ...) "
+        "at their definitions: a function, class or method per chunk where it fits",
+    )
+    knowledge_graph: KnowledgeGraphSettings = Field(default_factory=KnowledgeGraphSettings)
     embedding_model: str = Field(LOCAL_MODEL, min_length=1, max_length=200)
     embedding_dimensions: int | None = Field(None, ge=1, le=16000)
     max_input_tokens: int | None = Field(
@@ -335,6 +365,10 @@ class IndexingConfig(_Strict):
             ) from None
         # Store the completed settings (validate_assignment would re-run this validator).
         object.__setattr__(self, "extra", extra.model_dump(mode="json"))
+        if self.knowledge_graph.enabled and self.strategy != "chunk_embed":
+            raise ValueError(
+                f"knowledge_graph is an index of chunk_embed knowledge bases, not {self.strategy}"
+            )
         if self.chunk_unit == "characters" and self.chunker != "cjk":
             raise ValueError(
                 f'chunk_unit "characters" is for the cjk chunker; {self.chunker} counts tokens'
@@ -427,6 +461,11 @@ class RetrievalConfig(_Strict):
     # graph_index: after ranking, add the sections the hits reference (first degree).
     graph_expansion: bool = True
     expansion_limit: int = Field(5, ge=0, le=100, description="expanded sections, at most")
+    # knowledge_graph KBs, hybrid: the graph channel's weight in the fusion (0 turns it
+    # off), the hops it walks from the vertices the query names, the vertices it reaches.
+    graph_weight: float = Field(0.5, ge=0.0, le=1.0)
+    graph_hops: int = Field(1, ge=0, le=3)
+    graph_limit: int = Field(50, ge=1, le=1000, description="graph channel vertices, at most")
 
     @model_validator(mode="after")
     def _check(self) -> RetrievalConfig:

@@ -314,6 +314,59 @@ CASES = [
         NO_KB,
         hint=LIST_HINT,
     ),
+    # The knowledge graph's questions.
+    *[
+        Case(
+            fn,
+            f"SELECT * FROM kb.{fn}('docs', 'x')",
+            "55000",
+            'knowledge base "docs" has no knowledge graph',
+            hint="turn it on with kb.reindex_knowledge_base(kb, indexing_config => "
+            '\'{"knowledge_graph": {"enabled": true}}\') (a reindex)',
+        )
+        for fn in (
+            "graph_definitions",
+            "graph_members",
+            "graph_callers",
+            "graph_callees",
+            "graph_subclasses",
+            "graph_imports",
+            "graph_heading_tree",
+            "graph_neighbours",
+        )
+    ],
+    Case(
+        "graph_callers",
+        "SELECT * FROM kb.graph_callers('nope', 'x')",
+        "P0002",
+        NO_KB,
+        hint=LIST_HINT,
+    ),
+    Case(
+        "graph_definitions",
+        "SELECT * FROM kb.graph_definitions('kg', ' ')",
+        "22023",
+        "symbol must name a definition (a name like area, or a qualified name like "
+        "shapes.circle.Circle.area)",
+    ),
+    Case(
+        "graph_neighbours",
+        "SELECT * FROM kb.graph_neighbours('kg', 'x', 0)",
+        "22023",
+        "hops must be between 1 and 5 (got 0)",
+    ),
+    Case(
+        "graph_neighbours",
+        "SELECT * FROM kb.graph_neighbours('kg', 'x', 1, 20000)",
+        "22023",
+        "max_vertices must be between 1 and 10000 (got 20000)",
+    ),
+    Case(
+        "graph_neighbours",
+        "SELECT * FROM kb.graph_neighbours('kg', '')",
+        "22023",
+        "name must name a vertex (a symbol, heading or file)",
+    ),
     # Scoring building blocks: kb.search calls them with validated arguments; nonsense
     # arithmetic gets PostgreSQL's own error.
     Case("bm25_tf", "SELECT kb.bm25_tf(1, 1, 0, 1.2, 0.75)", "22012", "division by zero"),
@@ -344,6 +397,7 @@ NO_BAD_INPUT = {
 def kbs(client: Client) -> None:
     client.create_knowledge_base("docs")
     client.create_knowledge_base("tree", {"strategy": "page_index"})
+    client.create_knowledge_base("kg", {"knowledge_graph": {"enabled": True}})
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.function}:{c.message[:40]}")

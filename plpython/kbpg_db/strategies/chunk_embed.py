@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbpg_db import chunking, embedding, tokens
+from kbpg_db import chunking, code_graph, embedding, knowledge_graph, tokens
 from kbpg_db.config import IndexingConfig
 from kbpg_db.strategies import BuildContext, Built, Document
 
@@ -47,11 +47,47 @@ def chunk_rows(
     ]
 
 
+def code_rows(graph: code_graph.CodeGraph, content: str, cfg: IndexingConfig) -> list[Any]:
+    """A source file's chunks, cut at its definitions, as kb.chunk_payload rows."""
+    chunks = chunking.definition_chunks(
+        content,
+        knowledge_graph.definition_tree(graph),
+        graph.path,
+        cfg.chunk_size,
+        cfg.chunk_overlap,
+    )
+    return [
+        {
+            "ordinal": c.ordinal,
+            "content": c.content,
+            "embed_text": c.embed_text,
+            "token_count": c.token_count,
+            "heading_path": c.heading_path,
+            "page": None,
+            "char_start": c.char_start,
+            "char_end": c.char_end,
+            "embedding": None,
+        }
+        for c in chunks
+    ]
+
+
 def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
-    rows = chunk_rows(doc.content, cfg, doc.page_starts, ctx.embedding_key)
+    source = knowledge_graph.code_source(doc.title, doc.metadata)
+    graph = None
+    if source is not None and (cfg.code_chunking or cfg.knowledge_graph.enabled):
+        ctx.report(f"parsing {source[1]}")
+        graph = code_graph.parse(source[0], doc.content, source[1])
+    if graph is not None and cfg.code_chunking:
+        rows = code_rows(graph, doc.content, cfg)
+    else:
+        rows = chunk_rows(doc.content, cfg, doc.page_starts, ctx.embedding_key)
     texts = [r["embed_text"] for r in rows]
     ctx.report(f"embedding {len(texts)} chunks")
     result = embedding.embed(cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts])
     for row, vec in zip(rows, result.vectors, strict=True):
         row["embedding"] = vec
-    return Built(rows, None, result.tokens, result.cost_usd)
+    artifacts = None
+    if cfg.knowledge_graph.enabled:
+        artifacts = knowledge_graph.build(doc.title, doc.content, doc.metadata, cfg, rows, graph)
+    return Built(rows, artifacts, result.tokens, result.cost_usd)

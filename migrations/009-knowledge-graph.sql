@@ -1,0 +1,101 @@
+-- The knowledge-graph index beside vectors and BM25 on ChunkEmbed KBs
+-- (indexing_config.knowledge_graph): one vertex table and one edge table for its graphs,
+-- kept per document and index generation like chunks, traversed with recursive SQL.
+
+-- Vertices: a document and its chunks (the document graph), Markdown headings (the
+-- heading graph), a source file and its definitions (the code graph).
+CREATE TABLE kb.graph_node (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    index_id       bigint NOT NULL REFERENCES kb.kb_index (id) ON DELETE CASCADE,
+    document_id    bigint NOT NULL REFERENCES kb.document (id) ON DELETE CASCADE,
+    local_id       integer NOT NULL,  -- the vertex's number within its document's build
+    graph          text NOT NULL CHECK (graph IN ('document', 'heading', 'code')),
+    kind           text NOT NULL CHECK (kind IN (
+                     'document', 'chunk', 'heading', 'file', 'function', 'method', 'class',
+                     'interface', 'struct', 'enum', 'trait', 'impl')),
+    name           text NOT NULL,
+    qualified_name text NOT NULL,
+    path           text,     -- the file's path in its repository (code), else the title
+    module         text,     -- code: the file's module key (shapes/base, com/demo)
+    language       text,
+    member_of      text,     -- a method's class, by name
+    start_line     integer,
+    end_line       integer,
+    chunk_id       bigint REFERENCES kb.chunk (id) ON DELETE SET NULL,  -- the chunk holding it
+    properties     jsonb NOT NULL DEFAULT '{}',
+    UNIQUE (index_id, document_id, local_id)
+);
+CREATE INDEX graph_node_name_idx ON kb.graph_node (index_id, name);
+CREATE INDEX graph_node_lower_name_idx ON kb.graph_node (index_id, lower(name));
+CREATE INDEX graph_node_qualified_idx ON kb.graph_node (index_id, qualified_name);
+CREATE INDEX graph_node_module_tail_idx ON kb.graph_node
+  (index_id, (regexp_replace(module, '^.*/', ''))) WHERE kind = 'file';
+CREATE INDEX graph_node_document_idx ON kb.graph_node (document_id);
+CREATE INDEX graph_node_chunk_idx ON kb.graph_node (chunk_id);
+COMMENT ON TABLE kb.graph_node IS
+  'Knowledge-graph vertices per index generation: documents and chunks, Markdown headings, '
+  'source files and their functions, methods, classes, interfaces, structs, enums, traits '
+  'and impls, with name, qualified name, path, lines, language and the chunk holding each.';
+
+-- Edges. Structural ones (include, next, contains, defines) and references resolved in the
+-- same file have target_id; a reference to another file keeps what it names (target_name,
+-- the modules it may come from) and is resolved when read (kb._graph_edges), so a file
+-- added later resolves the references made to it.
+CREATE TABLE kb.graph_edge (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    index_id       bigint NOT NULL REFERENCES kb.kb_index (id) ON DELETE CASCADE,
+    document_id    bigint NOT NULL REFERENCES kb.document (id) ON DELETE CASCADE,
+    source_id      bigint NOT NULL REFERENCES kb.graph_node (id) ON DELETE CASCADE,
+    kind           text NOT NULL CHECK (kind IN (
+                     'include', 'next', 'contains', 'defines', 'calls', 'imports', 'inherits',
+                     'implements')),
+    target_id      bigint REFERENCES kb.graph_node (id) ON DELETE CASCADE,
+    target_name    text,
+    target_modules text[] NOT NULL DEFAULT '{}',
+    qualifier      text,
+    line           integer,
+    confidence     real,
+    resolution     text CHECK (resolution IN ('structure', 'same_file')),
+    CHECK (target_id IS NOT NULL OR target_name IS NOT NULL)
+);
+CREATE INDEX graph_edge_source_idx ON kb.graph_edge (source_id);
+CREATE INDEX graph_edge_target_idx ON kb.graph_edge (target_id);
+CREATE INDEX graph_edge_open_name_idx ON kb.graph_edge (index_id, target_name)
+  WHERE target_id IS NULL;
+CREATE INDEX graph_edge_document_idx ON kb.graph_edge (document_id);
+COMMENT ON TABLE kb.graph_edge IS
+  'Knowledge-graph edges: document -include-> chunk, chunk -include-> chunk, chunk -next-> '
+  'chunk, file/heading -contains-> heading, file/class -defines-> definition, and calls, '
+  'imports, inherits, implements; an edge to another file is resolved when read.';
+
+DO $$
+DECLARE
+  t text;
+  k text := 'index_id = ANY ((SELECT kb._readable_indexes(current_user))::bigint[])';
+  w text := 'kb._can_write_index(index_id)';
+BEGIN
+  FOREACH t IN ARRAY ARRAY['graph_node', 'graph_edge'] LOOP
+    EXECUTE format('ALTER TABLE kb.%I ENABLE ROW LEVEL SECURITY', t);
+    EXECUTE format('CREATE POLICY readable ON kb.%I FOR SELECT USING (%s)', t, k);
+    EXECUTE format('CREATE POLICY adds ON kb.%I FOR INSERT WITH CHECK (%s)', t, w);
+    EXECUTE format('CREATE POLICY changes ON kb.%I FOR UPDATE USING (%s) WITH CHECK (%s)',
+                   t, w, w);
+    EXECUTE format('CREATE POLICY removes ON kb.%I FOR DELETE USING (%s)', t, w);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON kb.%I TO PUBLIC', t);
+  END LOOP;
+END
+$$;
+
+-- Search gains the graph channel (graph_weight, graph_hops, graph_limit; graph_rank and
+-- graph_path in explain_search): drop the functions; sql/ recreates them.
+DO $$
+DECLARE
+  r regprocedure;
+BEGIN
+  FOR r IN SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace = 'kb'::regnamespace
+              AND p.proname IN ('search', 'explain_search', '_search_core', '_search_rows') LOOP
+    EXECUTE 'DROP FUNCTION ' || r;
+  END LOOP;
+END
+$$;

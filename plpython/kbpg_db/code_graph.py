@@ -1,0 +1,906 @@
+"""The code graph of one source file: its definitions and what they call, import and extend.
+
+tree-sitter parses Python, JavaScript, TypeScript (and TSX), Go, Rust, Java, C and C++
+(one grammar wheel per language); other languages get a line scan for ``def``, ``class``,
+``function``, ``fn`` ... definitions. A file yields:
+
+- vertices: the file, and each function, method, class, interface, struct, enum, trait and
+  impl with its name, qualified name (``shapes.circle.Circle.area``), lines and language;
+- structural edges: the file or a class ``defines`` what is declared in it;
+- references: ``calls``, ``imports``, ``inherits`` and ``implements``, each naming its
+  target as written plus the modules it may come from (through the file's imports, or its
+  own package). A target defined in the same file is resolved here (``same_file``);
+  others are resolved in SQL across the knowledge base when queried, so a file added
+  later resolves the references made to it without re-indexing the files that make them
+  (``import`` when a named module holds the target, ``name_only`` when only a name
+  matches, with the confidence split between the candidates).
+
+Module keys are path-like for every language (``shapes/base``, ``web/util``, ``com/demo``),
+and a reference's module matches a file's key whole or as its last path parts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import posixpath
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+TREE_SITTER = {
+    ".py": "python",
+    ".pyi": "python",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".cjs": "javascript",
+    ".jsx": "javascript",
+    ".ts": "typescript",
+    ".mts": "typescript",
+    ".cts": "typescript",
+    ".tsx": "tsx",
+    ".go": "go",
+    ".rs": "rust",
+    ".java": "java",
+    ".c": "c",
+    ".h": "cpp",  # C++'s grammar reads C headers too; C's cannot read C++ ones
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".cxx": "cpp",
+    ".c++": "cpp",
+    ".hpp": "cpp",
+    ".hh": "cpp",
+    ".hxx": "cpp",
+}
+LINE_SCAN = {
+    ".rb": "ruby",
+    ".php": "php",
+    ".kt": "kotlin",
+    ".kts": "kotlin",
+    ".swift": "swift",
+    ".scala": "scala",
+    ".cs": "csharp",
+    ".lua": "lua",
+    ".sh": "shell",
+    ".bash": "shell",
+    ".pl": "perl",
+    ".pm": "perl",
+    ".ex": "elixir",
+    ".exs": "elixir",
+    ".dart": "dart",
+    ".jl": "julia",
+    ".r": "r",
+    ".sql": "sql",
+}
+LANGUAGES = tuple(sorted(set(TREE_SITTER.values()) | set(LINE_SCAN.values())))
+DEFINITION_KINDS = ("function", "method", "class", "interface", "struct", "enum", "trait", "impl")
+CLASS_LIKE = ("class", "interface", "struct", "enum", "trait", "impl")
+# What each kind of reference may point at (kb._graph_resolved reads the same lists).
+TARGET_KINDS = {
+    "calls": ("function", "method", "class", "struct"),
+    "inherits": ("class", "interface", "struct", "trait"),
+    "implements": ("interface", "trait", "class"),
+    "imports": ("file",),
+}
+
+
+def language_of(path: str) -> str | None:
+    """The language of a file by its name, or None for a file that is not code."""
+    suffix = posixpath.splitext(path.lower())[1]
+    return TREE_SITTER.get(suffix) or LINE_SCAN.get(suffix)
+
+
+@dataclass
+class Vertex:
+    local_id: int
+    kind: str
+    name: str
+    qualified_name: str
+    start_line: int  # 1-based, inclusive
+    end_line: int
+    member_of: str | None = None  # the class a method belongs to, by name
+    start_char: int = 0
+    end_char: int = 0
+    signature: str = ""
+
+
+@dataclass
+class Reference:
+    source: int  # local id of the vertex that makes it
+    kind: str  # calls, imports, inherits, implements
+    target_name: str
+    modules: list[str] = field(default_factory=list)
+    line: int = 0
+    target: int | None = None  # resolved in this file
+    confidence: float | None = None
+    resolution: str | None = None
+    qualifier: str | None = None
+
+
+@dataclass
+class CodeGraph:
+    path: str
+    language: str
+    module: str
+    vertices: list[Vertex]
+    defines: list[tuple[int, int]]  # (container, definition) local ids
+    references: list[Reference]
+    parser: str  # tree-sitter or line-scan
+
+    def definitions(self) -> list[Vertex]:
+        return [v for v in self.vertices if v.kind != "file"]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "language": self.language,
+            "module": self.module,
+            "parser": self.parser,
+            "vertices": [v.__dict__ for v in self.vertices],
+            "defines": self.defines,
+            "references": [r.__dict__ for r in self.references],
+        }
+
+
+# --- module keys --------------------------------------------------------------------------
+def module_key(path: str, language: str, package: str | None = None) -> str:
+    """A file's module as a path: ``shapes/base`` (Python, JS/TS, C/C++, Rust), its
+    package's path (Java ``com/demo``, Go's directory)."""
+    stem = posixpath.splitext(path)[0]
+    if language == "java" and package:
+        return package.replace(".", "/")
+    if language == "go":
+        return posixpath.dirname(path) or (package or "")
+    if language == "python" and stem.endswith("/__init__"):
+        return stem[: -len("/__init__")]
+    if language == "rust":
+        if stem.endswith(("/mod", "/lib", "/main")):
+            return posixpath.dirname(stem)
+    if language in ("javascript", "typescript", "tsx") and stem.endswith("/index"):
+        return posixpath.dirname(stem)
+    return stem
+
+
+def _python_module(path: str, dots: int, name: str) -> str:
+    """``from ..x import y`` in ``path``: the module ``x`` as a path."""
+    package = posixpath.dirname(path)
+    for _ in range(dots - 1):
+        package = posixpath.dirname(package)
+    parts = [p for p in (package, name.replace(".", "/")) if p]
+    return "/".join(parts)
+
+
+def _rust_module(path: str, written: str) -> str:
+    """A Rust path's module as a path key: ``crate::shapes`` from ``x/src/lib.rs`` is
+    ``x/src/shapes``; ``self::`` and ``super::`` count from the file's own module."""
+    parts = [p for p in written.split("::") if p]
+    if parts and parts[0] == "crate":
+        segments = path.split("/")
+        root = (
+            "/".join(segments[: len(segments) - 1 - segments[::-1].index("src")]) + "/src"
+            if "src" in segments[:-1]
+            else posixpath.dirname(path)
+        )
+        return "/".join([root.strip("/"), *parts[1:]]).strip("/")
+    if parts and parts[0] in ("self", "super"):
+        base = module_key(path, "rust")
+        while parts and parts[0] in ("self", "super"):
+            if parts.pop(0) == "super":
+                base = posixpath.dirname(base)
+        return "/".join([base, *parts]).strip("/")
+    return "/".join(parts)
+
+
+def _relative(path: str, spec: str) -> str:
+    """A JS/TS/C include or import path as a module key (``./util`` from ``web/app.ts``:
+    ``web/util``); a bare package name stays as written."""
+    if spec.startswith("."):
+        joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), spec))
+        return (
+            posixpath.splitext(joined)[0]
+            if posixpath.splitext(joined)[1] in TREE_SITTER
+            else joined
+        )
+    return spec
+
+
+# --- tree-sitter ----------------------------------------------------------------------------
+_GRAMMARS = {
+    "python": "tree_sitter_python",
+    "javascript": "tree_sitter_javascript",
+    "go": "tree_sitter_go",
+    "rust": "tree_sitter_rust",
+    "java": "tree_sitter_java",
+    "c": "tree_sitter_c",
+    "cpp": "tree_sitter_cpp",
+}
+
+
+@cache
+def _parser(language: str) -> Any:
+    """A tree-sitter parser for a language, from its grammar wheel (imported on first use)."""
+    import tree_sitter
+
+    if language in ("typescript", "tsx"):
+        import tree_sitter_typescript as ts
+
+        grammar = ts.language_tsx() if language == "tsx" else ts.language_typescript()
+    else:
+        grammar = importlib.import_module(_GRAMMARS[language]).language()
+    return tree_sitter.Parser(tree_sitter.Language(grammar))
+
+
+_DEFS: dict[str, dict[str, str]] = {
+    "python": {"function_definition": "function", "class_definition": "class"},
+    "javascript": {
+        "function_declaration": "function",
+        "generator_function_declaration": "function",
+        "class_declaration": "class",
+        "method_definition": "method",
+    },
+    "go": {
+        "function_declaration": "function",
+        "method_declaration": "method",
+        "method_elem": "method",
+    },
+    "rust": {
+        "function_item": "function",
+        "function_signature_item": "function",
+        "struct_item": "struct",
+        "enum_item": "enum",
+        "trait_item": "trait",
+        "impl_item": "impl",
+    },
+    "java": {
+        "class_declaration": "class",
+        "record_declaration": "class",
+        "interface_declaration": "interface",
+        "enum_declaration": "enum",
+        "method_declaration": "method",
+        "constructor_declaration": "method",
+    },
+    "c": {"function_definition": "function"},
+}
+_DEFS["typescript"] = {
+    **_DEFS["javascript"],
+    "abstract_class_declaration": "class",
+    "interface_declaration": "interface",
+    "enum_declaration": "enum",
+    "method_signature": "method",
+    "abstract_method_signature": "method",
+}
+_DEFS["tsx"] = _DEFS["typescript"]
+_DEFS["cpp"] = {"function_definition": "function", "class_specifier": "class"}
+_CALLS: dict[str, dict[str, str]] = {
+    "python": {"call": "function"},
+    "javascript": {"call_expression": "function", "new_expression": "constructor"},
+    "go": {"call_expression": "function"},
+    "rust": {"call_expression": "function"},
+    "java": {"method_invocation": "name", "object_creation_expression": "type"},
+    "c": {"call_expression": "function"},
+    "cpp": {"call_expression": "function", "new_expression": "type"},
+}
+_CALLS["typescript"] = _CALLS["tsx"] = _CALLS["javascript"]
+_SCOPES = {"namespace_definition", "mod_item", "internal_module", "module"}
+_SELF = {"self", "this", "cls", "Self", "super"}
+_DECLARATOR_WRAPPERS = {
+    "function_declarator",
+    "pointer_declarator",
+    "reference_declarator",
+    "parenthesized_declarator",
+    "array_declarator",
+}
+
+
+def _text(node: Any) -> str:
+    return str(node.text.decode("utf-8", "replace")) if node is not None else ""
+
+
+def _type_name(node: Any) -> tuple[str, str | None]:
+    """A type as written (``Comparable<Animal>``, ``geo::Polygon``, ``models.Base``) as
+    (name, qualifier)."""
+    if node.type in ("generic_type", "template_type"):
+        inner = node.child_by_field_name("name") or (node.named_children or [node])[0]
+        return _type_name(inner)
+    text = _text(node).strip()
+    text = re.sub(r"<.*$", "", text).strip()
+    for sep in ("::", "."):
+        if sep in text:
+            qualifier, _, name = text.rpartition(sep)
+            return name, qualifier
+    return text, None
+
+
+def _callee(node: Any) -> tuple[str, str | None]:
+    """The called name and its qualifier: ``base.square`` -> (square, base)."""
+    kind = node.type
+    if kind in ("identifier", "type_identifier", "field_identifier", "property_identifier"):
+        return _text(node), None
+    for obj_field, name_field in (
+        ("object", "attribute"),  # python
+        ("object", "property"),  # js/ts member_expression
+        ("operand", "field"),  # go selector
+        ("value", "field"),  # rust field_expression
+        ("argument", "field"),  # c/c++ field_expression
+        ("path", "name"),  # rust scoped_identifier
+        ("scope", "name"),  # c++ qualified_identifier
+    ):
+        name = node.child_by_field_name(name_field)
+        obj = node.child_by_field_name(obj_field)
+        if name is not None and obj is not None:
+            return _text(name), _text(obj)
+    if kind in ("generic_function", "template_function"):
+        inner = node.child_by_field_name("function") or node.child_by_field_name("name")
+        if inner is not None:
+            return _callee(inner)
+    return _type_name(node)
+
+
+def _declarator_name(node: Any) -> tuple[str, str | None]:
+    """C/C++: the name a (function) declarator declares, and the class it qualifies."""
+    d = node.child_by_field_name("declarator")
+    while d is not None and d.type in _DECLARATOR_WRAPPERS:
+        nxt = d.child_by_field_name("declarator")
+        d = nxt if nxt is not None else (d.named_children[0] if d.named_children else None)
+    if d is None:
+        return "", None
+    if d.type == "qualified_identifier":
+        name_node = d.child_by_field_name("name")
+        scope = d.child_by_field_name("scope")
+        name, _ = _declarator_name_leaf(name_node)
+        return name, (_text(scope).split("::")[-1] if scope is not None else None)
+    return _declarator_name_leaf(d)
+
+
+def _declarator_name_leaf(node: Any) -> tuple[str, str | None]:
+    if node is None:
+        return "", None
+    if node.type == "qualified_identifier":
+        name, _ = _declarator_name_leaf(node.child_by_field_name("name"))
+        scope = node.child_by_field_name("scope")
+        return name, _text(scope).split("::")[-1] if scope is not None else None
+    return _text(node), None
+
+
+def _is_function_declarator(node: Any) -> bool:
+    d = node.child_by_field_name("declarator")
+    while d is not None and d.type in ("pointer_declarator", "reference_declarator"):
+        d = d.child_by_field_name("declarator")
+    return d is not None and d.type == "function_declarator"
+
+
+class _Walker:
+    def __init__(self, path: str, language: str, source: bytes):
+        self.path = path
+        self.language = language
+        self.source = source
+        self.vertices: list[Vertex] = []
+        self.defines: list[tuple[int, int]] = []
+        self.references: list[Reference] = []
+        self.aliases: dict[str, list[str]] = {}  # a name in scope -> the modules it may be
+        self.package: str | None = None
+        self.includes: list[str] = []
+        # Character offsets of line starts, for exact chunk boundaries.
+        text = source.decode("utf-8", "replace")
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.text = text
+
+    # -- helpers
+    def add(self, kind: str, name: str, qualified: str, node: Any, member_of: str | None) -> Vertex:
+        start, end = node.start_point[0] + 1, node.end_point[0] + 1
+        first = _text(node).split("\n", 1)[0].strip()
+        v = Vertex(
+            len(self.vertices),
+            kind,
+            name,
+            qualified,
+            start,
+            end,
+            member_of,
+            self.line_starts[start - 1],
+            self.line_starts[end] if end < len(self.line_starts) else len(self.text),
+            first[:200],
+        )
+        self.vertices.append(v)
+        return v
+
+    def ref(
+        self,
+        source: int,
+        kind: str,
+        name: str,
+        node: Any,
+        qualifier: str | None = None,
+        modules: list[str] | None = None,
+    ) -> None:
+        if not name or (kind != "imports" and not re.match(r"^[A-Za-z_$~][\w$~]*$", name)):
+            return
+        if modules is None:
+            modules = self.modules_for(name, qualifier)
+        self.references.append(
+            Reference(source, kind, name, modules, node.start_point[0] + 1, qualifier=qualifier)
+        )
+
+    def modules_for(self, name: str, qualifier: str | None) -> list[str]:
+        """Where a referenced name may be defined: the module an import binds it or its
+        qualifier to; for unqualified names in Go and Java, the own package; in C and
+        C++, the included files."""
+        if qualifier and qualifier not in _SELF:
+            head = re.split(r"\.|::", qualifier)[0]
+            if head in self.aliases:
+                return self.aliases[head]
+            if "::" in qualifier:
+                if self.language == "rust":
+                    return [_rust_module(self.path, qualifier)]
+                return [qualifier.replace("::", "/")]
+            return []
+        if name in self.aliases:
+            return self.aliases[name]
+        if self.language in ("go", "java"):
+            return [module_key(self.path, self.language, self.package)]
+        if self.language in ("c", "cpp"):
+            return list(self.includes)
+        return []
+
+    # -- imports
+    def imports(self, node: Any) -> None:
+        lang = self.language
+        t = node.type
+        if lang == "python" and t in ("import_statement", "import_from_statement"):
+            self._python_import(node)
+        elif lang in ("javascript", "typescript", "tsx") and t == "import_statement":
+            source = node.child_by_field_name("source")
+            spec = _text(source).strip("'\"`")
+            module = _relative(self.path, spec)
+            self.ref(0, "imports", spec, node, modules=[module])
+            for ident in _descendants(node, ("identifier",)):
+                if ident.parent is not None and ident.parent.type != "string":
+                    self.aliases[_text(ident)] = [module]
+        elif lang == "go" and t == "import_spec":
+            path = _text(node.child_by_field_name("path")).strip('"`')
+            alias = node.child_by_field_name("name")
+            self.ref(0, "imports", path, node, modules=[path])
+            self.aliases[_text(alias) if alias is not None else path.rsplit("/", 1)[-1]] = [path]
+        elif lang == "rust" and t == "use_declaration":
+            arg = node.child_by_field_name("argument")
+            if arg is None:
+                return
+            base, names = _rust_use(arg)
+            module = _rust_module(self.path, base)
+            self.ref(0, "imports", base or _text(arg), node, modules=[module])
+            for n in names:
+                self.aliases[n] = [module]
+        elif lang == "rust" and t == "mod_item" and node.child_by_field_name("body") is None:
+            name = _text(node.child_by_field_name("name"))
+            module = posixpath.join(module_key(self.path, "rust"), name)
+            self.ref(0, "imports", name, node, modules=[module])
+            self.aliases[name] = [module]
+        elif lang == "java" and t == "import_declaration":
+            full = _text(node).removeprefix("import").removesuffix(";").strip()
+            full = full.removeprefix("static ").strip()
+            package, _, name = full.rpartition(".")
+            module = package.replace(".", "/")
+            self.ref(0, "imports", full, node, modules=[module])
+            if name != "*":
+                self.aliases[name] = [module]
+        elif lang in ("c", "cpp") and t == "preproc_include":
+            target = node.child_by_field_name("path")
+            spec = _text(target).strip('"<>')
+            local = target is not None and target.type == "string_literal"
+            path = (
+                posixpath.normpath(posixpath.join(posixpath.dirname(self.path), spec))
+                if local
+                else spec
+            )
+            self.ref(0, "imports", spec, node, modules=[path])
+            self.includes.append(posixpath.splitext(path)[0])
+
+    def _python_import(self, node: Any) -> None:
+        if node.type == "import_statement":
+            for child in node.named_children:
+                name_node = (
+                    child.child_by_field_name("name") if child.type == "aliased_import" else child
+                )
+                alias_node = (
+                    child.child_by_field_name("alias") if child.type == "aliased_import" else None
+                )
+                dotted = _text(name_node)
+                module = dotted.replace(".", "/")
+                self.ref(0, "imports", dotted, node, modules=[module])
+                self.aliases[
+                    _text(alias_node) if alias_node is not None else dotted.split(".")[0]
+                ] = [module]
+            return
+        mod_node = node.child_by_field_name("module_name")
+        written = _text(mod_node)
+        dots = len(written) - len(written.lstrip("."))
+        base = (
+            _python_module(self.path, dots, written.lstrip("."))
+            if dots
+            else written.replace(".", "/")
+        )
+        names = []
+        for child in node.children_by_field_name("name"):
+            name_node = (
+                child.child_by_field_name("name") if child.type == "aliased_import" else child
+            )
+            alias_node = (
+                child.child_by_field_name("alias") if child.type == "aliased_import" else None
+            )
+            name = _text(name_node)
+            names.append(name)
+            # The name is a definition in the module, or a module in the package.
+            self.aliases[_text(alias_node) if alias_node is not None else name] = [
+                base,
+                posixpath.join(base, name.replace(".", "/")) if base else name,
+            ]
+        targets = [posixpath.join(base, n) if base else n for n in names] + [base]
+        shown = written if written.strip(".") else written + ", ".join(names)  # ".base"
+        self.ref(0, "imports", shown, node, modules=[t for t in targets if t])
+
+    # -- definitions
+    def definition(self, node: Any, owner: Vertex | None) -> tuple[str, str, str | None] | None:
+        """(kind, name, member_of) when ``node`` defines something, else None."""
+        lang, t = self.language, node.type
+        kind = _DEFS[lang].get(t)
+        member_of = owner.name if owner is not None and owner.kind in CLASS_LIKE else None
+        if lang in ("javascript", "typescript", "tsx") and t == "variable_declarator":
+            value = node.child_by_field_name("value")
+            if value is not None and value.type in (
+                "arrow_function",
+                "function_expression",
+                "function",
+            ):
+                return (
+                    ("method" if member_of else "function"),
+                    _text(node.child_by_field_name("name")),
+                    member_of,
+                )
+            return None
+        if lang == "go" and t == "type_spec":
+            body = node.child_by_field_name("type")
+            if body is not None and body.type in ("struct_type", "interface_type"):
+                return body.type.split("_")[0], _text(node.child_by_field_name("name")), None
+            return None
+        if lang in ("c", "cpp") and t in ("struct_specifier", "enum_specifier", "union_specifier"):
+            if node.child_by_field_name("body") is None or node.child_by_field_name("name") is None:
+                return None
+            return (
+                ("enum" if t == "enum_specifier" else "struct"),
+                _text(node.child_by_field_name("name")),
+                member_of,
+            )
+        if lang == "cpp" and t in ("field_declaration", "declaration") and member_of is not None:
+            if _is_function_declarator(node):
+                name, _ = _declarator_name(node)
+                return "method", name, member_of
+            return None
+        if kind is None:
+            return None
+        if lang in ("c", "cpp") and t == "function_definition":
+            name, scope = _declarator_name(node)
+            if scope is not None:
+                return "method", name, scope
+            return ("method" if member_of else "function"), name, member_of
+        if lang == "go" and t == "method_declaration":
+            receiver = node.child_by_field_name("receiver")
+            types = _descendants(receiver, ("type_identifier",)) if receiver is not None else []
+            return (
+                "method",
+                _text(node.child_by_field_name("name")),
+                (_text(types[0]) if types else None),
+            )
+        if lang == "go" and t == "method_elem":
+            return "method", _text(node.child_by_field_name("name")), member_of
+        if lang == "rust" and t == "impl_item":
+            name, _ = _type_name(node.child_by_field_name("type"))
+            return "impl", name, None
+        if kind == "function" and member_of is not None:
+            kind = "method"
+        name_node = node.child_by_field_name("name")
+        return kind, _text(name_node), member_of
+
+    def heritage(self, node: Any, v: Vertex) -> None:
+        lang, t = self.language, node.type
+        found: list[tuple[str, Any]] = []
+        if lang == "python":
+            args = node.child_by_field_name("superclasses")
+            for child in args.named_children if args is not None else []:
+                if child.type in ("identifier", "attribute"):
+                    found.append(("inherits", child))
+        elif lang in ("javascript", "typescript", "tsx"):
+            for heritage in _children(node, ("class_heritage", "extends_type_clause")):
+                clauses = _children(heritage, ("extends_clause", "implements_clause"))
+                if not clauses:  # javascript: class_heritage holds the expression itself
+                    found += [("inherits", c) for c in heritage.named_children]
+                if heritage.type == "extends_type_clause":
+                    found += [("inherits", c) for c in heritage.named_children]
+                for clause in clauses:
+                    kind = "implements" if clause.type == "implements_clause" else "inherits"
+                    found += [
+                        (kind, c) for c in clause.named_children if c.type != "type_arguments"
+                    ]
+        elif lang == "java":
+            sup = node.child_by_field_name("superclass")
+            if sup is not None:
+                found += [("inherits", c) for c in sup.named_children]
+            for name, kind in (("interfaces", "implements"), ("extends_interfaces", "inherits")):
+                holder = node.child_by_field_name(name) or next(
+                    iter(_children(node, (name,))), None
+                )
+                for tl in _children(holder, ("type_list",)) if holder is not None else []:
+                    found += [(kind, c) for c in tl.named_children]
+        elif lang == "cpp":
+            for clause in _children(node, ("base_class_clause",)):
+                found += [
+                    ("inherits", c)
+                    for c in clause.named_children
+                    if c.type in ("type_identifier", "qualified_identifier", "template_type")
+                ]
+        elif lang == "rust" and t == "impl_item":
+            trait = node.child_by_field_name("trait")
+            if trait is not None:
+                found.append(("implements", trait))
+        elif lang == "rust" and t == "trait_item":
+            bounds = node.child_by_field_name("bounds")
+            found += [
+                ("inherits", c) for c in (bounds.named_children if bounds is not None else [])
+            ]
+        for kind, type_node in found:
+            name, qualifier = _type_name(type_node)
+            self.ref(v.local_id, kind, name, type_node, qualifier)
+
+    def walk(self, node: Any, owner: Vertex | None, nest: list[str]) -> None:
+        self.imports(node)
+        if self.language == "java" and node.type == "package_declaration":
+            self.package = _text(node).removeprefix("package").removesuffix(";").strip()
+        if self.language == "go" and node.type == "package_clause":
+            self.package = _text(node).removeprefix("package").strip()
+        found = self.definition(node, owner)
+        here = owner
+        if found is not None and found[1]:
+            kind, name, member_of = found
+            qualified = ".".join(
+                [*nest, *([member_of] if member_of and member_of not in nest else []), name]
+            )
+            v = self.add(kind, name, qualified, node, member_of)
+            container = owner.local_id if owner is not None else 0
+            self.defines.append((container, v.local_id))
+            self.heritage(node, v)
+            nest = qualified.split(".")
+            here = v
+        elif node.type in _SCOPES and node.child_by_field_name("body") is not None:
+            name_node = node.child_by_field_name("name")
+            if name_node is not None:
+                nest = [*nest, _text(name_node)]
+        callee_field = _CALLS[self.language].get(node.type)
+        if callee_field is not None:
+            target = node.child_by_field_name(callee_field)
+            if target is not None:
+                name, qualifier = _callee(target)
+                if self.language == "java" and node.type == "method_invocation":
+                    obj = node.child_by_field_name("object")
+                    qualifier = _text(obj) if obj is not None else None
+                self.ref(here.local_id if here is not None else 0, "calls", name, node, qualifier)
+        for child in node.named_children:
+            self.walk(child, here, nest)
+
+
+def _children(node: Any, types: tuple[str, ...]) -> list[Any]:
+    return [c for c in node.named_children if c.type in types]
+
+
+def _descendants(node: Any, types: tuple[str, ...]) -> list[Any]:
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            out.append(n)
+        stack.extend(reversed(n.named_children))
+    return out
+
+
+def _rust_use(arg: Any) -> tuple[str, list[str]]:
+    """``crate::shapes::{Area, Rect}`` -> ("crate::shapes", ["Area", "Rect"])."""
+    if arg.type == "scoped_use_list":
+        path = arg.child_by_field_name("path")
+        items = arg.child_by_field_name("list")
+        names = [
+            _text(c).split("::")[-1] for c in (items.named_children if items is not None else [])
+        ]
+        return _text(path), [n for n in names if n != "self"]
+    if arg.type == "use_as_clause":
+        path = _text(arg.child_by_field_name("path"))
+        alias = _text(arg.child_by_field_name("alias"))
+        return path.rpartition("::")[0], [alias]
+    text = _text(arg)
+    base, _, name = text.rpartition("::")
+    return base, [] if name == "*" else [name]
+
+
+# --- the line scan for other languages -----------------------------------------------------------
+_SCAN = re.compile(
+    r"^(?P<indent>[ \t]*)(?:(?:export|public|private|protected|internal|static|abstract|final|"
+    r"open|override|async|local|sealed|data|pub)\s+)*"
+    r"(?P<kw>def|defp|defmodule|class|module|function|func|fun|fn|sub|interface|struct|enum|"
+    r"trait|object|protocol|extension)\s+(?P<name>[A-Za-z_][\w.?!]*)",
+)
+_KIND = {
+    "def": "function",
+    "defp": "function",
+    "function": "function",
+    "func": "function",
+    "fun": "function",
+    "fn": "function",
+    "sub": "function",
+    "defmodule": "class",
+    "class": "class",
+    "module": "class",
+    "object": "class",
+    "interface": "interface",
+    "protocol": "interface",
+    "struct": "struct",
+    "enum": "enum",
+    "trait": "trait",
+    "extension": "impl",
+}
+
+
+def _line_scan(path: str, language: str, text: str) -> CodeGraph:
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    file_v = Vertex(0, "file", posixpath.basename(path), path, 1, len(lines), None, 0, len(text))
+    vertices = [file_v]
+    defines: list[tuple[int, int]] = []
+    stack: list[tuple[int, Vertex]] = []  # (indent, vertex) of open class-like definitions
+    for i, line in enumerate(lines):
+        m = _SCAN.match(line)
+        if m is None:
+            continue
+        indent = len(m.group("indent").expandtabs(4))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        kind = _KIND[m.group("kw")]
+        owner = stack[-1][1] if stack else None
+        name = m.group("name").split(".")[-1]
+        if kind == "function" and owner is not None:
+            kind = "method"
+        qualified = ".".join([*(o.name for _, o in stack), name])
+        v = Vertex(
+            len(vertices),
+            kind,
+            name,
+            qualified,
+            i + 1,
+            i + 1,
+            owner.name if owner else None,
+            starts[i],
+            starts[i + 1] if i + 1 < len(starts) else len(text),
+            line.strip()[:200],
+        )
+        vertices.append(v)
+        defines.append((owner.local_id if owner else 0, v.local_id))
+        if kind in CLASS_LIKE:
+            stack.append((indent, v))
+    # A definition runs to the next one at its indent or less.
+    defs = vertices[1:]
+    for j, v in enumerate(defs):
+        indent = len(lines[v.start_line - 1]) - len(lines[v.start_line - 1].lstrip())
+        end = len(lines)
+        for w in defs[j + 1 :]:
+            w_indent = len(lines[w.start_line - 1]) - len(lines[w.start_line - 1].lstrip())
+            if w_indent <= indent:
+                end = w.start_line - 1
+                break
+        # Not the blank lines after it, nor the closing lines of what encloses it.
+        while end > v.start_line and (
+            not lines[end - 1].strip()
+            or len(lines[end - 1]) - len(lines[end - 1].lstrip()) < indent
+        ):
+            end -= 1
+        v.end_line = end
+        v.end_char = starts[end] if end < len(starts) else len(text)
+    return CodeGraph(path, language, module_key(path, language), vertices, defines, [], "line-scan")
+
+
+# --- the entry point ------------------------------------------------------------------------
+def parse(path: str, text: str, language: str | None = None) -> CodeGraph:
+    """The code graph of one file. ``path`` is the file's path in its repository (it
+    gives module keys and qualified names); ``language`` defaults to the one its name says."""
+    language = language or language_of(path)
+    if language is None:
+        raise ValueError(
+            f"{path}: not a source file kbpg knows (languages: {', '.join(LANGUAGES)})"
+        )
+    if language not in set(TREE_SITTER.values()):
+        return _line_scan(path, language, text)
+    source = text.encode("utf-8")
+    tree = _parser(language).parse(source)
+    w = _Walker(path, language, source)
+    lines = max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+    w.vertices.append(
+        Vertex(0, "file", posixpath.basename(path), path, 1, lines, None, 0, len(text))
+    )
+    # The package first: Java and Go name qualified names after it.
+    for child in tree.root_node.named_children:
+        if child.type == "package_declaration":
+            w.package = _text(child).removeprefix("package").removesuffix(";").strip()
+        elif child.type == "package_clause":
+            w.package = _text(child).removeprefix("package").strip()
+    prefix: list[str] = []
+    if language == "python":
+        prefix = [p for p in module_key(path, language).split("/") if p]
+    elif language in ("java", "go") and w.package:
+        prefix = w.package.split(".")
+    for child in tree.root_node.named_children:
+        w.walk(child, None, prefix)
+    graph = CodeGraph(
+        path,
+        language,
+        module_key(path, language, w.package),
+        w.vertices,
+        w.defines,
+        [],
+        "tree-sitter",
+    )
+    graph.references = _resolve_local(graph, w.references)
+    return graph
+
+
+def _resolve_local(graph: CodeGraph, refs: list[Reference]) -> list[Reference]:
+    """References to definitions of the same file resolved (``same_file``; a call on
+    ``self``/``this`` prefers the enclosing class's member), one per (source, kind,
+    target) so a loop of calls is one edge."""
+    by_name: dict[str, list[Vertex]] = {}
+    for v in graph.definitions():
+        by_name.setdefault(v.name, []).append(v)
+    owner_of = {d: c for c, d in graph.defines}
+    out: list[Reference] = []
+    seen: set[tuple[int, str, str, str | None]] = set()
+    resolved: set[tuple[int, str, int]] = set()
+    for r in refs:
+        key = (r.source, r.kind, r.target_name, r.qualifier if r.kind != "imports" else None)
+        if key in seen:
+            continue
+        seen.add(key)
+        if r.kind == "imports":
+            out.append(r)
+            continue
+        allowed = TARGET_KINDS[r.kind]
+        cands = [
+            v
+            for v in by_name.get(r.target_name, [])
+            if v.kind in allowed and v.local_id != r.source
+        ]
+        if r.qualifier in _SELF and cands:
+            cls = r.source
+            while cls in owner_of and graph.vertices[cls].kind not in CLASS_LIKE:
+                cls = owner_of[cls]
+            mine = [v for v in cands if owner_of.get(v.local_id) == cls]
+            cands = mine or cands
+        elif r.qualifier and r.qualifier not in _SELF and r.modules:
+            cands = []  # qualified by another module: not this file's
+        if not cands:
+            out.append(r)
+            continue
+        for v in cands:
+            if (r.source, r.kind, v.local_id) in resolved:
+                continue  # another call site of the same target
+            resolved.add((r.source, r.kind, v.local_id))
+            out.append(
+                Reference(
+                    r.source,
+                    r.kind,
+                    r.target_name,
+                    r.modules,
+                    r.line,
+                    v.local_id,
+                    round(1.0 / len(cands), 3),
+                    "same_file",
+                    r.qualifier,
+                )
+            )
+    return out

@@ -1,0 +1,590 @@
+-- The knowledge-graph index of ChunkEmbed KBs (indexing_config.knowledge_graph): storage,
+-- reference resolution across files, and the functions for direct graph questions.
+
+CREATE OR REPLACE FUNCTION kb._store_knowledge_graph(p_index_id bigint, p_document_id bigint,
+                                                     p_graph jsonb, p_chunk_ids jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ids jsonb;
+BEGIN
+  -- The document's previous graph in this generation (its edges cascade).
+  DELETE FROM kb.graph_node WHERE index_id = p_index_id AND document_id = p_document_id;
+  WITH ins AS (
+    INSERT INTO kb.graph_node (index_id, document_id, local_id, graph, kind, name,
+                               qualified_name, path, module, language, member_of, start_line,
+                               end_line, chunk_id, properties)
+    SELECT p_index_id, p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
+           n->>'name', n->>'qualified_name', n->>'path', n->>'module', n->>'language',
+           n->>'member_of', (n->>'start_line')::integer, (n->>'end_line')::integer,
+           (p_chunk_ids->>(n->>'chunk'))::bigint, coalesce(n->'properties', '{}')
+    FROM jsonb_array_elements(coalesce(p_graph->'nodes', '[]')) AS n
+    RETURNING id, local_id
+  )
+  SELECT coalesce(jsonb_object_agg(local_id::text, id), '{}') INTO v_ids FROM ins;
+  INSERT INTO kb.graph_edge (index_id, document_id, source_id, kind, target_id, target_name,
+                             target_modules, qualifier, line, confidence, resolution)
+  SELECT p_index_id, p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
+         (v_ids->>(e->>'target'))::bigint, e->>'target_name',
+         coalesce(ARRAY(SELECT jsonb_array_elements_text(e->'target_modules')), '{}'),
+         e->>'qualifier', (e->>'line')::integer,
+         coalesce((e->>'confidence')::real, CASE WHEN e->>'target' IS NOT NULL THEN 1 END),
+         coalesce(e->>'resolution', CASE WHEN e->>'target' IS NOT NULL THEN 'structure' END)
+  FROM jsonb_array_elements(coalesce(p_graph->'edges', '[]')) AS e;
+END
+$$;
+COMMENT ON FUNCTION kb._store_knowledge_graph(bigint, bigint, jsonb, jsonb) IS
+  'Internal: writes one document''s knowledge-graph vertices and edges for an index generation, '
+  'replacing the ones it had there.';
+
+CREATE OR REPLACE FUNCTION kb._store_chunk_embed(p_index_id bigint, p_document_id bigint,
+                                                 p_artifacts jsonb, p_chunk_ids jsonb)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT kb._store_knowledge_graph(p_index_id, p_document_id, p_artifacts->'graph', p_chunk_ids) $$;
+COMMENT ON FUNCTION kb._store_chunk_embed(bigint, bigint, jsonb, jsonb) IS
+  'Internal: a ChunkEmbed document''s own tables: its knowledge graph, when the KB has one.';
+
+CREATE OR REPLACE FUNCTION kb._graph_target_kinds(p_kind text) RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- The same lists as kbpg_db.code_graph.TARGET_KINDS.
+  SELECT CASE p_kind
+           WHEN 'calls' THEN ARRAY['function', 'method', 'class', 'struct']
+           WHEN 'inherits' THEN ARRAY['class', 'interface', 'struct', 'trait']
+           WHEN 'implements' THEN ARRAY['interface', 'trait', 'class']
+           WHEN 'imports' THEN ARRAY['file']
+         END
+$$;
+COMMENT ON FUNCTION kb._graph_target_kinds(text) IS
+  'Internal: the vertex kinds a calls, inherits, implements or imports reference may point at.';
+
+CREATE OR REPLACE FUNCTION kb._module_matches(p_module text, p_path text, p_wanted text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- Whole, or as the last path parts ('shapes/base' matches 'src/shapes/base').
+  SELECT p_module = p_wanted OR p_path = p_wanted
+      OR right(p_module, length(p_wanted) + 1) = '/' || p_wanted
+      OR right(p_path, length(p_wanted) + 1) = '/' || p_wanted
+$$;
+COMMENT ON FUNCTION kb._module_matches(text, text, text) IS
+  'Internal: whether a file (its module key and path) is the module a reference names.';
+
+CREATE OR REPLACE FUNCTION kb._language_family(p_language text) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN p_language IN ('c', 'cpp') THEN 'c'
+              WHEN p_language IN ('javascript', 'typescript', 'tsx') THEN 'javascript'
+              ELSE p_language END
+$$;
+COMMENT ON FUNCTION kb._language_family(text) IS
+  'Internal: languages whose files reference one another (C with C++, JavaScript with '
+  'TypeScript); a reference never resolves into another family.';
+
+CREATE OR REPLACE FUNCTION kb._graph_edges(p_index_id bigint, p_sources bigint[] DEFAULT NULL,
+                                           p_target_names text[] DEFAULT NULL)
+RETURNS TABLE (edge_id bigint, source_id bigint, target_id bigint, kind text,
+               confidence real, resolution text, line integer, target_name text)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- Edges stored resolved: structure, and references within one file.
+  SELECT e.id, e.source_id, e.target_id, e.kind, e.confidence, e.resolution, e.line,
+         coalesce(e.target_name, t.name)
+    FROM kb.graph_edge e JOIN kb.graph_node t ON t.id = e.target_id
+   WHERE e.index_id = p_index_id AND e.target_id IS NOT NULL
+     AND (p_sources IS NULL OR e.source_id = ANY (p_sources))
+     AND (p_target_names IS NULL OR t.name = ANY (p_target_names))
+  UNION ALL
+  -- References to other files, resolved as they are read: 'import' where one of the
+  -- modules the reference may come from holds the target (the first such module wins),
+  -- else 'name_only' to every definition of that name; the confidence is split among the
+  -- candidates. A reference with none keeps target NULL ('external': a library, a builtin).
+  SELECT e.id, e.source_id, c.id, e.kind,
+         coalesce(c.confidence, 0)::real, coalesce(c.resolution, 'external'), e.line,
+         e.target_name
+    FROM kb.graph_edge e
+    LEFT JOIN LATERAL (
+      SELECT r.id,
+             (CASE WHEN r.tier < 1000 THEN 0.9 ELSE 0.5 END / count(*) OVER ()) AS confidence,
+             CASE WHEN r.tier < 1000 THEN 'import' ELSE 'name_only' END AS resolution
+      FROM (
+        SELECT q.id, q.tier, min(q.tier) OVER () AS best
+        FROM (
+          SELECT n.id,
+                 coalesce((SELECT min(m.i) FROM unnest(e.target_modules) WITH ORDINALITY AS m(mod, i)
+                            WHERE kb._module_matches(n.module, n.path, m.mod)), 1000) AS tier
+          FROM kb.graph_node n, kb.graph_node src
+          WHERE src.id = e.source_id
+            AND n.index_id = e.index_id AND n.graph = 'code' AND n.document_id <> e.document_id
+            AND kb._language_family(n.language) = kb._language_family(src.language)
+            AND CASE WHEN e.kind = 'imports'
+                     THEN n.kind = 'file'
+                          AND (regexp_replace(n.module, '^.*/', '') = ANY (
+                                 ARRAY(SELECT regexp_replace(m, '^.*/', '') FROM unnest(e.target_modules) m))
+                               OR n.name = ANY (
+                                 ARRAY(SELECT regexp_replace(m, '^.*/', '') FROM unnest(e.target_modules) m)))
+                     ELSE n.name = e.target_name AND n.kind = ANY (kb._graph_target_kinds(e.kind))
+                END
+        ) q
+      ) r
+      WHERE r.tier = r.best AND (e.kind <> 'imports' OR r.tier < 1000)
+    ) c ON true
+   WHERE e.index_id = p_index_id AND e.target_id IS NULL
+     AND (p_sources IS NULL OR e.source_id = ANY (p_sources))
+     AND (p_target_names IS NULL OR e.target_name = ANY (p_target_names))
+$$;
+COMMENT ON FUNCTION kb._graph_edges(bigint, bigint[], text[]) IS
+  'Internal: the edges of an index generation''s knowledge graph with every reference '
+  'resolved (structure, same_file, import, name_only, external), optionally only those from '
+  'some vertices or to targets of some names.';
+
+CREATE OR REPLACE FUNCTION kb._graph_index(kb_name text) RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base := kb._get_kb(kb_name);
+  v_cfg jsonb;
+BEGIN
+  SELECT indexing_config INTO v_cfg FROM kb.kb_index WHERE id = v_kb.active_index_id;
+  IF NOT coalesce((v_cfg->'knowledge_graph'->>'enabled')::boolean, false) THEN
+    RAISE EXCEPTION 'knowledge base "%" has no knowledge graph', kb_name
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'turn it on with kb.reindex_knowledge_base(kb, indexing_config => '
+                   '''{"knowledge_graph": {"enabled": true}}'') (a reindex)';
+  END IF;
+  RETURN v_kb.active_index_id;
+END
+$$;
+COMMENT ON FUNCTION kb._graph_index(text) IS
+  'Internal: the serving index generation of a KB whose knowledge graph is on, or an error.';
+
+CREATE OR REPLACE FUNCTION kb._graph_symbol(p_index_id bigint, p_symbol text,
+                                            p_kinds text[] DEFAULT NULL)
+RETURNS SETOF kb.graph_node
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_name text;
+BEGIN
+  IF coalesce(btrim(p_symbol), '') = '' THEN
+    RAISE EXCEPTION 'symbol must name a definition (a name like area, or a qualified name '
+                    'like shapes.circle.Circle.area)' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- By qualified name, or its last parts (Circle.area), or the bare name.
+  v_name := regexp_replace(p_symbol, '^.*(\.|::)', '');
+  RETURN QUERY
+  SELECT n.* FROM kb.graph_node n
+   WHERE n.index_id = p_index_id AND n.graph = 'code' AND n.kind <> 'file'
+     AND n.name = v_name
+     AND (p_kinds IS NULL OR n.kind = ANY (p_kinds))
+     AND (p_symbol = v_name OR n.qualified_name = replace(p_symbol, '::', '.')
+          OR right(n.qualified_name, length(p_symbol) + 1) = '.' || replace(p_symbol, '::', '.'))
+   ORDER BY n.path, n.start_line;
+END
+$$;
+COMMENT ON FUNCTION kb._graph_symbol(bigint, text, text[]) IS
+  'Internal: the definitions a symbol names: by qualified name, its last parts, or its name.';
+
+CREATE OR REPLACE FUNCTION kb.graph_definitions(kb text, symbol text)
+RETURNS TABLE (kind text, name text, qualified_name text, path text, start_line integer,
+               end_line integer, language text, member_of text, signature text,
+               document_id bigint, chunk_id bigint)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT n.kind, n.name, n.qualified_name, n.path, n.start_line, n.end_line, n.language,
+         n.member_of, n.properties->>'signature', n.document_id, n.chunk_id
+  FROM kb._graph_symbol(kb._graph_index(graph_definitions.kb), graph_definitions.symbol) n
+$$;
+COMMENT ON FUNCTION kb.graph_definitions(text, text) IS
+  'Where a symbol is defined: every function, method, class, interface, struct, enum, trait '
+  'or impl of that name (or qualified name, or its last parts: Circle.area), with file, lines, '
+  'language and the chunk holding it. SELECT * FROM kb.graph_definitions(''code'', ''area'').';
+
+CREATE OR REPLACE FUNCTION kb.graph_members(kb text, class_name text)
+RETURNS TABLE (class text, kind text, name text, qualified_name text, path text,
+               start_line integer, end_line integer, chunk_id bigint)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  WITH ix AS (SELECT kb._graph_index(graph_members.kb) AS id),
+  cls AS (
+    SELECT c.* FROM ix, kb._graph_symbol(ix.id, class_name,
+                                         ARRAY['class', 'interface', 'struct', 'enum', 'trait', 'impl']) c
+  )
+  -- What each class defines; and methods defined apart from their class (C++'s
+  -- Circle::area in a .cpp, Go's methods, Rust's impl blocks) that name it.
+  SELECT cls.qualified_name, m.kind, m.name, m.qualified_name, m.path, m.start_line,
+         m.end_line, m.chunk_id
+    FROM cls JOIN kb.graph_edge e ON e.source_id = cls.id AND e.kind = 'defines'
+    JOIN kb.graph_node m ON m.id = e.target_id
+  UNION
+  SELECT cls.qualified_name, m.kind, m.name, m.qualified_name, m.path, m.start_line,
+         m.end_line, m.chunk_id
+    FROM cls JOIN kb.graph_node m
+      ON m.index_id = cls.index_id AND m.member_of = cls.name AND m.kind = 'method'
+     AND m.graph = 'code'
+     AND NOT EXISTS (SELECT 1 FROM kb.graph_edge d
+                      JOIN kb.graph_node o ON o.id = d.source_id
+                     WHERE d.target_id = m.id AND d.kind = 'defines' AND o.kind <> 'file')
+     AND (cls.kind <> 'impl' OR m.document_id = cls.document_id)
+  ORDER BY 1, 5, 6
+$$;
+COMMENT ON FUNCTION kb.graph_members(text, text) IS
+  'The members of a class (interface, struct, trait, impl): what it defines, plus methods '
+  'defined outside its body that belong to it. SELECT * FROM kb.graph_members(''code'', ''Circle'').';
+
+CREATE OR REPLACE FUNCTION kb._graph_reference_rows(p_index_id bigint, p_kinds text[],
+                                                    p_symbol text, p_incoming boolean)
+RETURNS TABLE (source text, source_kind text, source_path text, line integer, target text,
+               target_kind text, target_path text, kind text, confidence real,
+               resolution text, chunk_id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_nodes bigint[];
+  v_names text[];
+BEGIN
+  SELECT array_agg(n.id), array_agg(DISTINCT n.name) INTO v_nodes, v_names
+    FROM kb._graph_symbol(p_index_id, p_symbol) n;
+  IF v_nodes IS NULL THEN
+    RETURN;
+  END IF;
+  RETURN QUERY
+  SELECT s.qualified_name, s.kind, s.path, e.line, coalesce(t.qualified_name, e.target_name),
+         t.kind, t.path, e.kind, e.confidence, e.resolution,
+         CASE WHEN p_incoming THEN s.chunk_id ELSE t.chunk_id END
+    FROM kb._graph_edges(p_index_id,
+                         CASE WHEN p_incoming THEN NULL ELSE v_nodes END,
+                         CASE WHEN p_incoming THEN v_names END) e
+    JOIN kb.graph_node s ON s.id = e.source_id
+    LEFT JOIN kb.graph_node t ON t.id = e.target_id
+   WHERE e.kind = ANY (p_kinds)
+     AND (NOT p_incoming OR e.target_id = ANY (v_nodes))
+   ORDER BY e.confidence DESC NULLS LAST, s.path, e.line;
+END
+$$;
+COMMENT ON FUNCTION kb._graph_reference_rows(bigint, text[], text, boolean) IS
+  'Internal: the references of some kinds made to (incoming) or by a symbol''s definitions.';
+
+CREATE OR REPLACE FUNCTION kb.graph_callers(kb text, symbol text)
+RETURNS TABLE (caller text, caller_kind text, path text, line integer, callee text,
+               confidence real, resolution text, chunk_id bigint)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT r.source, r.source_kind, r.source_path, r.line, r.target, r.confidence, r.resolution,
+         r.chunk_id
+  FROM kb._graph_reference_rows(kb._graph_index(graph_callers.kb), ARRAY['calls'],
+                                graph_callers.symbol, true) r
+$$;
+COMMENT ON FUNCTION kb.graph_callers(text, text) IS
+  'Who calls a symbol: each calling function or method with its file and line, how the call '
+  'was resolved (same_file, import, name_only) and the confidence. '
+  'SELECT * FROM kb.graph_callers(''code'', ''square'').';
+
+CREATE OR REPLACE FUNCTION kb.graph_callees(kb text, symbol text)
+RETURNS TABLE (caller text, line integer, callee text, callee_kind text, path text,
+               confidence real, resolution text, chunk_id bigint)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT r.source, r.line, r.target, r.target_kind, r.target_path, r.confidence, r.resolution,
+         r.chunk_id
+  FROM kb._graph_reference_rows(kb._graph_index(graph_callees.kb), ARRAY['calls'],
+                                graph_callees.symbol, false) r
+$$;
+COMMENT ON FUNCTION kb.graph_callees(text, text) IS
+  'What a symbol calls: each callee as defined in the KB (path NULL and resolution external '
+  'for a library or builtin), with line, resolution and confidence.';
+
+CREATE OR REPLACE FUNCTION kb.graph_subclasses(kb text, class_name text,
+                                               transitive boolean DEFAULT true)
+RETURNS TABLE (class text, kind text, path text, line integer, relation text, base text,
+               depth integer, confidence real, resolution text, chunk_id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix bigint := kb._graph_index(graph_subclasses.kb);
+  v_frontier bigint[];
+  v_seen bigint[];
+  v_depth integer := 0;
+  v_ids bigint[];
+  v_to bigint[];
+  v_edges bigint[];
+  v_conf real[];
+  v_res text[];
+BEGIN
+  SELECT array_agg(n.id) INTO v_frontier
+    FROM kb._graph_symbol(v_ix, class_name, ARRAY['class', 'interface', 'struct', 'trait']) n;
+  v_seen := coalesce(v_frontier, '{}');
+  -- Breadth first, each class once (inheritance cycles in broken code end here), 20 levels.
+  WHILE v_frontier IS NOT NULL AND v_depth < CASE WHEN transitive THEN 20 ELSE 1 END LOOP
+    v_depth := v_depth + 1;
+    SELECT array_agg(e.source_id), array_agg(e.target_id), array_agg(e.edge_id),
+           array_agg(e.confidence), array_agg(e.resolution)
+      INTO v_ids, v_to, v_edges, v_conf, v_res
+      FROM kb._graph_edges(v_ix, NULL,
+                           ARRAY(SELECT n.name FROM kb.graph_node n WHERE n.id = ANY (v_frontier))) e
+     WHERE e.kind IN ('inherits', 'implements') AND e.target_id = ANY (v_frontier)
+       AND NOT e.source_id = ANY (v_seen);
+    RETURN QUERY
+    SELECT s.qualified_name, s.kind, s.path, g.line, g.kind, t.qualified_name, v_depth,
+           u.confidence, u.resolution, s.chunk_id
+      FROM unnest(v_ids, v_to, v_edges, v_conf, v_res)
+           AS u(src, dst, edge, confidence, resolution)
+      JOIN kb.graph_edge g ON g.id = u.edge
+      JOIN kb.graph_node s ON s.id = u.src
+      JOIN kb.graph_node t ON t.id = u.dst
+     ORDER BY s.path, g.line;
+    SELECT array_agg(DISTINCT i) INTO v_frontier FROM unnest(v_ids) i;
+    v_seen := v_seen || coalesce(v_frontier, '{}');
+  END LOOP;
+END
+$$;
+COMMENT ON FUNCTION kb.graph_subclasses(text, text, boolean) IS
+  'The classes that inherit from or implement a class, interface or trait, with depth (1: '
+  'direct) and the base each names; transitive => false stops at the direct ones.';
+
+CREATE OR REPLACE FUNCTION kb.graph_imports(kb text, file_path text)
+RETURNS TABLE (path text, line integer, import text, resolved_path text, resolution text,
+               confidence real)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  WITH ix AS (SELECT kb._graph_index(graph_imports.kb) AS id),
+  f AS (
+    SELECT n.id, n.path FROM ix JOIN kb.graph_node n
+      ON n.index_id = ix.id AND n.kind = 'file'
+     AND (n.path = file_path OR right(n.path, length(file_path) + 1) = '/' || file_path)
+  )
+  SELECT f.path, e.line, e.target_name, t.path, e.resolution, e.confidence
+    FROM ix, f, kb._graph_edges(ix.id, ARRAY[f.id]) e
+    LEFT JOIN kb.graph_node t ON t.id = e.target_id
+   WHERE e.kind = 'imports'
+   ORDER BY f.path, e.line, t.path
+$$;
+COMMENT ON FUNCTION kb.graph_imports(text, text) IS
+  'What a source file imports (by its path, or its last parts): each import as written, the '
+  'file of this KB it resolves to (NULL for a library: resolution external).';
+
+CREATE OR REPLACE FUNCTION kb.graph_heading_tree(kb text, document text)
+RETURNS TABLE (level integer, heading text, heading_path text, line integer, chunk_id bigint)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT (n.properties->>'level')::integer, n.name, n.qualified_name, n.start_line, n.chunk_id
+    FROM kb.graph_node n
+    JOIN kb.document d ON d.id = n.document_id
+   WHERE n.index_id = kb._graph_index(graph_heading_tree.kb) AND n.graph = 'heading'
+     AND (d.title = graph_heading_tree.document OR d.source_uri = graph_heading_tree.document)
+   ORDER BY n.local_id
+$$;
+COMMENT ON FUNCTION kb.graph_heading_tree(text, text) IS
+  'A Markdown document''s headings in order (by title or source_uri), outside fenced code, '
+  'with level, path and the chunk each opens.';
+
+CREATE OR REPLACE FUNCTION kb.graph_neighbours(kb text, name text, hops integer DEFAULT 1,
+                                               max_vertices integer DEFAULT 100)
+RETURNS TABLE (vertex text, kind text, graph text, path text, depth integer, via text,
+               from_vertex text, direction text, chunk_id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix bigint := kb._graph_index(graph_neighbours.kb);
+  v_frontier bigint[];
+  v_seen bigint[];
+  v_depth integer := 0;
+  v_left integer;
+  v_ids bigint[];
+  v_from bigint[];
+  v_via text[];
+  v_dir text[];
+BEGIN
+  IF hops IS NULL OR hops NOT BETWEEN 1 AND 5 THEN
+    RAISE EXCEPTION 'hops must be between 1 and 5 (got %)', coalesce(hops::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_vertices IS NULL OR max_vertices NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION 'max_vertices must be between 1 and 10000 (got %)',
+                    coalesce(max_vertices::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF coalesce(btrim(name), '') = '' THEN
+    RAISE EXCEPTION 'name must name a vertex (a symbol, heading or file)'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  SELECT array_agg(n.id) INTO v_frontier FROM kb.graph_node n
+   WHERE n.index_id = v_ix AND n.kind NOT IN ('chunk')
+     AND (lower(n.name) = lower(graph_neighbours.name) OR n.qualified_name = graph_neighbours.name
+          OR n.path = graph_neighbours.name);
+  v_seen := coalesce(v_frontier, '{}');
+  v_left := max_vertices;
+  WHILE v_frontier IS NOT NULL AND v_depth < hops AND v_left > 0 LOOP
+    v_depth := v_depth + 1;
+    SELECT array_agg(x.other), array_agg(x.here), array_agg(x.kind), array_agg(x.direction)
+      INTO v_ids, v_from, v_via, v_dir
+      FROM (
+        SELECT DISTINCT ON (y.other) y.* FROM (
+          SELECT e.target_id AS other, e.source_id AS here, e.kind, 'out' AS direction
+            FROM kb._graph_edges(v_ix, v_frontier) e WHERE e.target_id IS NOT NULL
+          UNION ALL
+          SELECT e.source_id, e.target_id, e.kind, 'in'
+            FROM kb._graph_edges(v_ix, NULL,
+                                 ARRAY(SELECT n.name FROM kb.graph_node n
+                                        WHERE n.id = ANY (v_frontier))) e
+           WHERE e.target_id = ANY (v_frontier)
+        ) y
+        WHERE NOT y.other = ANY (v_seen)
+        ORDER BY y.other, y.direction DESC
+        LIMIT v_left
+      ) x;
+    RETURN QUERY
+    SELECT n.qualified_name, n.kind, n.graph, n.path, v_depth, s.via, f.qualified_name,
+           s.dir, n.chunk_id
+      FROM unnest(v_ids, v_from, v_via, v_dir) AS s(id, vertex, via, dir)
+      JOIN kb.graph_node n ON n.id = s.id
+      JOIN kb.graph_node f ON f.id = s.vertex
+     ORDER BY n.path, n.start_line NULLS FIRST, n.qualified_name;
+    v_frontier := v_ids;
+    v_seen := v_seen || coalesce(v_frontier, '{}');
+    v_left := v_left - coalesce(cardinality(v_frontier), 0);
+  END LOOP;
+END
+$$;
+COMMENT ON FUNCTION kb.graph_neighbours(text, text, integer, integer) IS
+  'The vertices within some hops (1 to 5) of a named vertex (a symbol, heading, file path), '
+  'each once (cycle-safe), at most max_vertices: the edge kind that reached it (via), from '
+  'which vertex, and whether that edge points out of or into it.';
+
+CREATE OR REPLACE VIEW kb.graph_edges WITH (security_invoker = true) AS
+  SELECT k.name AS kb, s.graph, s.kind AS source_kind, s.qualified_name AS source,
+         s.path AS source_path, e.kind, coalesce(t.qualified_name, e.target_name) AS target,
+         t.kind AS target_kind, t.path AS target_path, e.line, e.confidence, e.resolution
+  FROM kb.knowledge_base k
+  CROSS JOIN LATERAL kb._graph_edges(k.active_index_id) e
+  JOIN kb.graph_node s ON s.id = e.source_id
+  LEFT JOIN kb.graph_node t ON t.id = e.target_id;
+COMMENT ON VIEW kb.graph_edges IS
+  'Every edge of the serving knowledge graphs, references resolved: filter by kb (and kind) '
+  'for one graph. Code edges read: source (qualified name) kind target.';
+GRANT SELECT ON kb.graph_edges TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION kb._graph_channel(p_index_id bigint, p_query text, p_limit integer,
+                                             p_hops integer, p_filter jsonb DEFAULT NULL)
+RETURNS TABLE (chunk_id bigint, rank integer, path text)
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_terms text[];
+  v_ids bigint[];
+  v_from bigint[];
+  v_via text[];
+  v_depth integer := 0;
+  v_frontier bigint[];
+BEGIN
+  -- The words and identifiers of the query (dotted and :: names whole and by last part),
+  -- without stop words: what a vertex's name may equal.
+  v_terms := ARRAY(
+    SELECT DISTINCT lower(w) FROM (
+      SELECT m[1] AS w FROM regexp_matches(p_query,
+             '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)*)', 'g') AS m
+      UNION ALL
+      SELECT regexp_replace(m[1], '^.*(\.|::)', '') FROM regexp_matches(p_query,
+             '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)+)', 'g') AS m
+    ) x
+    WHERE length(w) >= 3 AND ts_lexize('english_stem', lower(w)) <> '{}');
+  -- Seeds: definitions and files the query names, headings whose title it contains.
+  -- Scored by how exactly they match: the same case, a definition, a qualified name.
+  SELECT array_agg(s.id ORDER BY s.score DESC, s.id), array_agg(s.id ORDER BY s.score DESC, s.id),
+         array_agg(''::text ORDER BY s.score DESC, s.id)
+    INTO v_ids, v_from, v_via
+    FROM (
+      SELECT n.id,
+             CASE WHEN n.kind = 'file' THEN 1 ELSE 2 END
+             + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
+             + CASE WHEN position(lower(n.qualified_name) in lower(p_query)) > 0
+                         AND n.qualified_name <> n.name THEN 1 ELSE 0 END AS score
+        FROM kb.graph_node n
+       WHERE n.index_id = p_index_id AND n.graph = 'code'
+         AND lower(n.name) = ANY (v_terms)
+      UNION ALL
+      SELECT n.id, 1.5 + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
+        FROM kb.graph_node n
+       WHERE n.index_id = p_index_id AND n.graph = 'heading' AND length(n.name) >= 4
+         AND position(lower(n.name) in lower(p_query)) > 0
+      ORDER BY 2 DESC, 1
+      LIMIT p_limit
+    ) s;
+  v_frontier := v_ids;
+  -- Breadth first from the seeds, each vertex once, within p_limit vertices: what they
+  -- define and contain first, then their bases, then calls either way, then imports.
+  WHILE v_frontier IS NOT NULL AND v_depth < p_hops AND cardinality(v_ids) < p_limit LOOP
+    v_depth := v_depth + 1;
+    SELECT v_ids || array_agg(x.other ORDER BY x.prio, x.conf DESC, x.other),
+           v_from || array_agg(x.here ORDER BY x.prio, x.conf DESC, x.other),
+           v_via || array_agg(x.via ORDER BY x.prio, x.conf DESC, x.other),
+           array_agg(x.other)
+      INTO v_ids, v_from, v_via, v_frontier
+      FROM (
+        SELECT DISTINCT ON (y.other) y.* FROM (
+          SELECT e.target_id AS other, e.source_id AS here, e.kind AS via, e.confidence AS conf,
+                 CASE e.kind WHEN 'defines' THEN 0 WHEN 'contains' THEN 0
+                             WHEN 'inherits' THEN 1 WHEN 'implements' THEN 1
+                             WHEN 'calls' THEN 2 ELSE 3 END AS prio
+            FROM kb._graph_edges(p_index_id, v_frontier) e
+           WHERE e.target_id IS NOT NULL AND e.kind NOT IN ('include', 'next')
+          UNION ALL
+          SELECT e.source_id, e.target_id, e.kind || ' (in)', e.confidence,
+                 CASE e.kind WHEN 'inherits' THEN 1 WHEN 'implements' THEN 1
+                             WHEN 'calls' THEN 2 ELSE 4 END
+            FROM kb._graph_edges(p_index_id, NULL,
+                                 ARRAY(SELECT n.name FROM kb.graph_node n
+                                        WHERE n.id = ANY (v_frontier))) e
+           WHERE e.target_id = ANY (v_frontier)
+             AND e.kind IN ('calls', 'inherits', 'implements')
+        ) y
+        JOIN kb.graph_node o ON o.id = y.other AND o.kind NOT IN ('document', 'chunk')
+        WHERE NOT y.other = ANY (v_ids)
+        ORDER BY y.other, y.prio, y.conf DESC
+      ) x;
+    -- Stay within the limit.
+    v_ids := v_ids[1:p_limit];
+  END LOOP;
+  -- Each vertex's chunk, in the order reached; a chunk once, at its best place.
+  RETURN QUERY
+  SELECT q.chunk_id, (row_number() OVER (ORDER BY q.pos))::integer, q.path
+    FROM (
+      SELECT DISTINCT ON (n.chunk_id) n.chunk_id, u.pos,
+             CASE WHEN u.via = '' THEN 'names ' || n.qualified_name
+                  ELSE f.qualified_name || ' -' || u.via || '-> ' || n.qualified_name END AS path
+        FROM unnest(v_ids, v_from, v_via) WITH ORDINALITY AS u(id, src, via, pos)
+        JOIN kb.graph_node n ON n.id = u.id
+        JOIN kb.graph_node f ON f.id = u.src
+        JOIN kb.chunk c ON c.id = n.chunk_id
+       WHERE n.chunk_id IS NOT NULL AND (p_filter IS NULL OR c.metadata @> p_filter)
+       ORDER BY n.chunk_id, u.pos
+    ) q
+   ORDER BY q.pos
+   LIMIT p_limit;
+END
+$$;
+COMMENT ON FUNCTION kb._graph_channel(bigint, text, integer, integer, jsonb) IS
+  'Internal: the knowledge-graph channel of a hybrid search: the vertices the query names '
+  '(definitions and files by name, headings it quotes), then their neighbours within p_hops '
+  '(members, bases, calls either way, imports; each vertex once), as the chunks holding them '
+  'in that order, each with the path that reached it.';
