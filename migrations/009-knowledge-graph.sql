@@ -3,18 +3,21 @@
 -- kept per document and index generation like chunks, traversed with recursive SQL.
 
 -- Vertices: a document and its chunks (the document graph), Markdown headings (the
--- heading graph), a source file and its definitions (the code graph).
+-- heading graph), a source file and its definitions (the code graph), the entities the
+-- LLM found in a document's chunks (the triplet graph; one vertex per entity and document,
+-- the same entity across documents shares its key).
+
 CREATE TABLE kb.graph_node (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     index_id       bigint NOT NULL REFERENCES kb.kb_index (id) ON DELETE CASCADE,
     document_id    bigint NOT NULL REFERENCES kb.document (id) ON DELETE CASCADE,
     local_id       integer NOT NULL,  -- the vertex's number within its document's build
-    graph          text NOT NULL CHECK (graph IN ('document', 'heading', 'code')),
+    graph          text NOT NULL CHECK (graph IN ('document', 'heading', 'code', 'triplets')),
     kind           text NOT NULL CHECK (kind IN (
                      'document', 'chunk', 'heading', 'file', 'function', 'method', 'class',
-                     'interface', 'struct', 'enum', 'trait', 'impl')),
+                     'interface', 'struct', 'enum', 'trait', 'impl', 'entity')),
     name           text NOT NULL,
-    qualified_name text NOT NULL,
+    qualified_name text NOT NULL,  -- an entity: its merge key (normalised name | type)
     path           text,     -- the file's path in its repository (code), else the title
     module         text,     -- code: the file's module key (shapes/base, com/demo)
     language       text,
@@ -48,7 +51,9 @@ CREATE TABLE kb.graph_edge (
     source_id      bigint NOT NULL REFERENCES kb.graph_node (id) ON DELETE CASCADE,
     kind           text NOT NULL CHECK (kind IN (
                      'include', 'next', 'contains', 'defines', 'calls', 'imports', 'inherits',
-                     'implements')),
+                     'implements', 'relation')),
+    label          text,     -- a relation's predicate as the LLM wrote it
+    chunk_id       bigint REFERENCES kb.chunk (id) ON DELETE CASCADE,  -- a relation's source text
     target_id      bigint REFERENCES kb.graph_node (id) ON DELETE CASCADE,
     target_name    text,
     target_modules text[] NOT NULL DEFAULT '{}',
@@ -63,10 +68,31 @@ CREATE INDEX graph_edge_target_idx ON kb.graph_edge (target_id);
 CREATE INDEX graph_edge_open_name_idx ON kb.graph_edge (index_id, target_name)
   WHERE target_id IS NULL;
 CREATE INDEX graph_edge_document_idx ON kb.graph_edge (document_id);
+CREATE INDEX graph_edge_chunk_idx ON kb.graph_edge (chunk_id);
 COMMENT ON TABLE kb.graph_edge IS
   'Knowledge-graph edges: document -include-> chunk, chunk -include-> chunk, chunk -next-> '
   'chunk, file/heading -contains-> heading, file/class -defines-> definition, and calls, '
-  'imports, inherits, implements; an edge to another file is resolved when read.';
+  'imports, inherits, implements; an edge to another file is resolved when read; entity '
+  '-relation-> entity with its predicate (label) and the chunk it was read from (chunk_id).';
+
+-- Entity merges beyond the normalised key: candidate duplicates (the same name with
+-- another type; similar names) and what was decided, by rule or by the LLM, once per pair.
+CREATE TABLE kb.graph_entity_merge (
+    index_id    bigint NOT NULL REFERENCES kb.kb_index (id) ON DELETE CASCADE,
+    key         text NOT NULL,
+    other_key   text NOT NULL,   -- the entity it was compared with (merged: its canonical key)
+    merged      boolean NOT NULL,
+    decided_by  text NOT NULL CHECK (decided_by IN ('rule', 'llm')),
+    reason      text NOT NULL,
+    similarity  real,            -- trigram similarity of the two names
+    decided_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (index_id, key, other_key)
+);
+CREATE UNIQUE INDEX graph_entity_merge_one_canonical ON kb.graph_entity_merge (index_id, key)
+  WHERE merged;
+COMMENT ON TABLE kb.graph_entity_merge IS
+  'Knowledge-graph entity merges beyond the normalised key: each candidate pair (same name, '
+  'another type; similar names), merged or not, decided by a rule or recorded from the LLM.';
 
 DO $$
 DECLARE
@@ -74,7 +100,7 @@ DECLARE
   k text := 'index_id = ANY ((SELECT kb._readable_indexes(current_user))::bigint[])';
   w text := 'kb._can_write_index(index_id)';
 BEGIN
-  FOREACH t IN ARRAY ARRAY['graph_node', 'graph_edge'] LOOP
+  FOREACH t IN ARRAY ARRAY['graph_node', 'graph_edge', 'graph_entity_merge'] LOOP
     EXECUTE format('ALTER TABLE kb.%I ENABLE ROW LEVEL SECURITY', t);
     EXECUTE format('CREATE POLICY readable ON kb.%I FOR SELECT USING (%s)', t, k);
     EXECUTE format('CREATE POLICY adds ON kb.%I FOR INSERT WITH CHECK (%s)', t, w);
@@ -99,3 +125,8 @@ BEGIN
   END LOOP;
 END
 $$;
+
+-- The indexing step knows its index generation (the triplet graph compares a document's
+-- entities with those already indexed there).
+DROP FUNCTION IF EXISTS kb._build_document(text, text, jsonb, integer[], jsonb, bytea);
+DROP FUNCTION IF EXISTS kb._py_build_document(text, text, jsonb, integer[], jsonb, bytea);

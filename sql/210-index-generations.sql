@@ -45,6 +45,7 @@ BEGIN
   DELETE FROM kb.page_index_node WHERE index_id = p_index_id;
   DELETE FROM kb.page_index_toc WHERE index_id = p_index_id;
   DELETE FROM kb.graph_node WHERE index_id = p_index_id;
+  DELETE FROM kb.graph_entity_merge WHERE index_id = p_index_id;
   DELETE FROM kb.posting WHERE index_id = p_index_id;
   DELETE FROM kb.term_stat WHERE index_id = p_index_id;
   DELETE FROM kb.embedding WHERE index_id = p_index_id;

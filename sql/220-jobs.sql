@@ -236,7 +236,8 @@ BEGIN
                               CASE WHEN v_ix.indexing_config->>'strategy' = 'doc2json'
                                         AND v_ix.indexing_config->'extra'->>'mode' = 'image'
                                    THEN (SELECT f.data FROM kb.document_file f
-                                          WHERE f.document_id = v_doc.id) END);
+                                          WHERE f.document_id = v_doc.id) END,
+                              v_ix.id);
   v_use := coalesce(v_res.usage, '{}');
   UPDATE kb.job
      SET steps = steps + 1, progress = v_res.progress,

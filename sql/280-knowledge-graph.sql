@@ -25,14 +25,23 @@ BEGIN
   )
   SELECT coalesce(jsonb_object_agg(local_id::text, id), '{}') INTO v_ids FROM ins;
   INSERT INTO kb.graph_edge (index_id, document_id, source_id, kind, target_id, target_name,
-                             target_modules, qualifier, line, confidence, resolution)
+                             target_modules, qualifier, line, confidence, resolution, label,
+                             chunk_id)
   SELECT p_index_id, p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
          (v_ids->>(e->>'target'))::bigint, e->>'target_name',
          coalesce(ARRAY(SELECT jsonb_array_elements_text(e->'target_modules')), '{}'),
          e->>'qualifier', (e->>'line')::integer,
          coalesce((e->>'confidence')::real, CASE WHEN e->>'target' IS NOT NULL THEN 1 END),
-         coalesce(e->>'resolution', CASE WHEN e->>'target' IS NOT NULL THEN 'structure' END)
+         coalesce(e->>'resolution', CASE WHEN e->>'target' IS NOT NULL THEN 'structure' END),
+         e->>'label', (p_chunk_ids->>(e->>'chunk'))::bigint
   FROM jsonb_array_elements(coalesce(p_graph->'edges', '[]')) AS e;
+  -- Entity merge decisions (kept across documents; a pair decided once, a key merged once).
+  INSERT INTO kb.graph_entity_merge (index_id, key, other_key, merged, decided_by, reason,
+                                     similarity)
+  SELECT p_index_id, m->>'key', m->>'other_key', (m->>'merged')::boolean, m->>'decided_by',
+         m->>'reason', (m->>'similarity')::real
+  FROM jsonb_array_elements(coalesce(p_graph->'merges', '[]')) AS m
+  ON CONFLICT DO NOTHING;
 END
 $$;
 COMMENT ON FUNCTION kb._store_knowledge_graph(bigint, bigint, jsonb, jsonb) IS
@@ -91,13 +100,14 @@ COMMENT ON FUNCTION kb._language_family(text) IS
 CREATE OR REPLACE FUNCTION kb._graph_edges(p_index_id bigint, p_sources bigint[] DEFAULT NULL,
                                            p_target_names text[] DEFAULT NULL)
 RETURNS TABLE (edge_id bigint, source_id bigint, target_id bigint, kind text,
-               confidence real, resolution text, line integer, target_name text)
+               confidence real, resolution text, line integer, target_name text,
+               label text, chunk_id bigint)
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  -- Edges stored resolved: structure, and references within one file.
+  -- Edges stored resolved: structure, references within one file, relations.
   SELECT e.id, e.source_id, e.target_id, e.kind, e.confidence, e.resolution, e.line,
-         coalesce(e.target_name, t.name)
+         coalesce(e.target_name, t.name), e.label, e.chunk_id
     FROM kb.graph_edge e JOIN kb.graph_node t ON t.id = e.target_id
    WHERE e.index_id = p_index_id AND e.target_id IS NOT NULL
      AND (p_sources IS NULL OR e.source_id = ANY (p_sources))
@@ -109,7 +119,7 @@ AS $$
   -- candidates. A reference with none keeps target NULL ('external': a library, a builtin).
   SELECT e.id, e.source_id, c.id, e.kind,
          coalesce(c.confidence, 0)::real, coalesce(c.resolution, 'external'), e.line,
-         e.target_name
+         e.target_name, e.label, e.chunk_id
     FROM kb.graph_edge e
     LEFT JOIN LATERAL (
       SELECT r.id,
@@ -145,6 +155,41 @@ COMMENT ON FUNCTION kb._graph_edges(bigint, bigint[], text[]) IS
   'Internal: the edges of an index generation''s knowledge graph with every reference '
   'resolved (structure, same_file, import, name_only, external), optionally only those from '
   'some vertices or to targets of some names.';
+
+CREATE OR REPLACE FUNCTION kb._entity_peers(p_index_id bigint, p_ids bigint[])
+RETURNS TABLE (source_id bigint, peer_id bigint)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- The same entity in other documents (or under a merged key): one canonical key, the
+  -- entity's own unless a decision merged it into another's.
+  WITH s AS (
+    SELECT n.id, coalesce(m.other_key, n.qualified_name) AS canonical
+      FROM kb.graph_node n
+      LEFT JOIN kb.graph_entity_merge m
+        ON m.index_id = n.index_id AND m.key = n.qualified_name AND m.merged
+     WHERE n.id = ANY (p_ids) AND n.kind = 'entity'
+  )
+  SELECT s.id, o.id
+    FROM s
+    JOIN kb.graph_node o
+      ON o.index_id = p_index_id AND o.kind = 'entity' AND o.id <> s.id
+     AND o.qualified_name IN (SELECT s.canonical
+                              UNION ALL
+                              SELECT m.key FROM kb.graph_entity_merge m
+                               WHERE m.index_id = p_index_id AND m.other_key = s.canonical
+                                 AND m.merged)
+$$;
+COMMENT ON FUNCTION kb._entity_peers(bigint, bigint[]) IS
+  'Internal: for entity vertices, the vertices of the same entity in other documents and '
+  'under keys merged into it.';
+
+CREATE OR REPLACE FUNCTION kb._vertex_label(n kb.graph_node) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT CASE WHEN n.kind = 'entity' THEN n.name ELSE n.qualified_name END $$;
+COMMENT ON FUNCTION kb._vertex_label(kb.graph_node) IS
+  'Internal: how a vertex is shown: its qualified name, an entity its name (not its key).';
 
 CREATE OR REPLACE FUNCTION kb._graph_index(kb_name text) RETURNS bigint
 LANGUAGE plpgsql STABLE
@@ -413,6 +458,7 @@ DECLARE
   v_from bigint[];
   v_via text[];
   v_dir text[];
+  v_src bigint[];
 BEGIN
   IF hops IS NULL OR hops NOT BETWEEN 1 AND 5 THEN
     RAISE EXCEPTION 'hops must be between 1 and 5 (got %)', coalesce(hops::text, 'NULL')
@@ -430,30 +476,36 @@ BEGIN
   SELECT array_agg(n.id) INTO v_frontier FROM kb.graph_node n
    WHERE n.index_id = v_ix AND n.kind NOT IN ('chunk')
      AND (lower(n.name) = lower(graph_neighbours.name) OR n.qualified_name = graph_neighbours.name
-          OR n.path = graph_neighbours.name);
+          OR (n.kind = 'file' AND n.path = graph_neighbours.name));
   v_seen := coalesce(v_frontier, '{}');
   v_left := max_vertices;
   WHILE v_frontier IS NOT NULL AND v_depth < hops AND v_left > 0 LOOP
     v_depth := v_depth + 1;
+    -- An entity's edges in every document it appears in are its own.
+    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(v_ix, v_frontier) p);
     SELECT array_agg(x.other), array_agg(x.here), array_agg(x.kind), array_agg(x.direction)
       INTO v_ids, v_from, v_via, v_dir
       FROM (
         SELECT DISTINCT ON (y.other) y.* FROM (
-          SELECT e.target_id AS other, e.source_id AS here, e.kind, 'out' AS direction
-            FROM kb._graph_edges(v_ix, v_frontier) e WHERE e.target_id IS NOT NULL
+          SELECT p.peer_id AS other, p.source_id AS here, 'same entity' AS kind,
+                 'out' AS direction
+            FROM kb._entity_peers(v_ix, v_frontier) p
           UNION ALL
-          SELECT e.source_id, e.target_id, e.kind, 'in'
+          SELECT e.target_id, e.source_id, coalesce(e.label, e.kind), 'out'
+            FROM kb._graph_edges(v_ix, v_src) e WHERE e.target_id IS NOT NULL
+          UNION ALL
+          SELECT e.source_id, e.target_id, coalesce(e.label, e.kind), 'in'
             FROM kb._graph_edges(v_ix, NULL,
                                  ARRAY(SELECT n.name FROM kb.graph_node n
-                                        WHERE n.id = ANY (v_frontier))) e
-           WHERE e.target_id = ANY (v_frontier)
+                                        WHERE n.id = ANY (v_src))) e
+           WHERE e.target_id = ANY (v_src)
         ) y
         WHERE NOT y.other = ANY (v_seen)
         ORDER BY y.other, y.direction DESC
         LIMIT v_left
       ) x;
     RETURN QUERY
-    SELECT n.qualified_name, n.kind, n.graph, n.path, v_depth, s.via, f.qualified_name,
+    SELECT kb._vertex_label(n), n.kind, n.graph, n.path, v_depth, s.via, kb._vertex_label(f),
            s.dir, n.chunk_id
       FROM unnest(v_ids, v_from, v_via, v_dir) AS s(id, vertex, via, dir)
       JOIN kb.graph_node n ON n.id = s.id
@@ -471,9 +523,10 @@ COMMENT ON FUNCTION kb.graph_neighbours(text, text, integer, integer) IS
   'which vertex, and whether that edge points out of or into it.';
 
 CREATE OR REPLACE VIEW kb.graph_edges WITH (security_invoker = true) AS
-  SELECT k.name AS kb, s.graph, s.kind AS source_kind, s.qualified_name AS source,
-         s.path AS source_path, e.kind, coalesce(t.qualified_name, e.target_name) AS target,
-         t.kind AS target_kind, t.path AS target_path, e.line, e.confidence, e.resolution
+  SELECT k.name AS kb, s.graph, s.kind AS source_kind, kb._vertex_label(s) AS source,
+         s.path AS source_path, e.kind, coalesce(kb._vertex_label(t), e.target_name) AS target,
+         t.kind AS target_kind, t.path AS target_path, e.line, e.confidence, e.resolution,
+         e.label, e.chunk_id
   FROM kb.knowledge_base k
   CROSS JOIN LATERAL kb._graph_edges(k.active_index_id) e
   JOIN kb.graph_node s ON s.id = e.source_id
@@ -496,6 +549,7 @@ DECLARE
   v_via text[];
   v_depth integer := 0;
   v_frontier bigint[];
+  v_src bigint[];
 BEGIN
   -- The words and identifiers of the query (dotted and :: names whole and by last part),
   -- without stop words: what a vertex's name may equal.
@@ -527,6 +581,14 @@ BEGIN
         FROM kb.graph_node n
        WHERE n.index_id = p_index_id AND n.graph = 'heading' AND length(n.name) >= 4
          AND position(lower(n.name) in lower(p_query)) > 0
+      UNION ALL
+      -- Entities the query names (a word, or a name of several words it contains).
+      SELECT n.id, 2 + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
+        FROM kb.graph_node n
+       WHERE n.index_id = p_index_id AND n.graph = 'triplets'
+         AND (lower(n.name) = ANY (v_terms)
+              OR (length(n.name) >= 4 AND n.name ~ '\s'
+                  AND position(lower(n.name) in lower(p_query)) > 0))
       ORDER BY 2 DESC, 1
       LIMIT p_limit
     ) s;
@@ -535,6 +597,7 @@ BEGIN
   -- define and contain first, then their bases, then calls either way, then imports.
   WHILE v_frontier IS NOT NULL AND v_depth < p_hops AND cardinality(v_ids) < p_limit LOOP
     v_depth := v_depth + 1;
+    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(p_index_id, v_frontier) p);
     SELECT v_ids || array_agg(x.other ORDER BY x.prio, x.conf DESC, x.other),
            v_from || array_agg(x.here ORDER BY x.prio, x.conf DESC, x.other),
            v_via || array_agg(x.via ORDER BY x.prio, x.conf DESC, x.other),
@@ -542,21 +605,25 @@ BEGIN
       INTO v_ids, v_from, v_via, v_frontier
       FROM (
         SELECT DISTINCT ON (y.other) y.* FROM (
-          SELECT e.target_id AS other, e.source_id AS here, e.kind AS via, e.confidence AS conf,
+          SELECT p.peer_id AS other, p.source_id AS here, 'same entity' AS via,
+                 1::real AS conf, 0 AS prio
+            FROM kb._entity_peers(p_index_id, v_frontier) p
+          UNION ALL
+          SELECT e.target_id, e.source_id, coalesce(e.label, e.kind), e.confidence,
                  CASE e.kind WHEN 'defines' THEN 0 WHEN 'contains' THEN 0
                              WHEN 'inherits' THEN 1 WHEN 'implements' THEN 1
-                             WHEN 'calls' THEN 2 ELSE 3 END AS prio
-            FROM kb._graph_edges(p_index_id, v_frontier) e
+                             WHEN 'relation' THEN 1 WHEN 'calls' THEN 2 ELSE 3 END
+            FROM kb._graph_edges(p_index_id, v_src) e
            WHERE e.target_id IS NOT NULL AND e.kind NOT IN ('include', 'next')
           UNION ALL
-          SELECT e.source_id, e.target_id, e.kind || ' (in)', e.confidence,
+          SELECT e.source_id, e.target_id, coalesce(e.label, e.kind) || ' (in)', e.confidence,
                  CASE e.kind WHEN 'inherits' THEN 1 WHEN 'implements' THEN 1
-                             WHEN 'calls' THEN 2 ELSE 4 END
+                             WHEN 'relation' THEN 1 WHEN 'calls' THEN 2 ELSE 4 END
             FROM kb._graph_edges(p_index_id, NULL,
                                  ARRAY(SELECT n.name FROM kb.graph_node n
-                                        WHERE n.id = ANY (v_frontier))) e
-           WHERE e.target_id = ANY (v_frontier)
-             AND e.kind IN ('calls', 'inherits', 'implements')
+                                        WHERE n.id = ANY (v_src))) e
+           WHERE e.target_id = ANY (v_src)
+             AND e.kind IN ('calls', 'inherits', 'implements', 'relation')
         ) y
         JOIN kb.graph_node o ON o.id = y.other AND o.kind NOT IN ('document', 'chunk')
         WHERE NOT y.other = ANY (v_ids)
@@ -570,8 +637,9 @@ BEGIN
   SELECT q.chunk_id, (row_number() OVER (ORDER BY q.pos))::integer, q.path
     FROM (
       SELECT DISTINCT ON (n.chunk_id) n.chunk_id, u.pos,
-             CASE WHEN u.via = '' THEN 'names ' || n.qualified_name
-                  ELSE f.qualified_name || ' -' || u.via || '-> ' || n.qualified_name END AS path
+             CASE WHEN u.via = '' THEN 'names ' || kb._vertex_label(n)
+                  ELSE kb._vertex_label(f) || ' -' || u.via || '-> '
+                       || kb._vertex_label(n) END AS path
         FROM unnest(v_ids, v_from, v_via) WITH ORDINALITY AS u(id, src, via, pos)
         JOIN kb.graph_node n ON n.id = u.id
         JOIN kb.graph_node f ON f.id = u.src
@@ -588,3 +656,79 @@ COMMENT ON FUNCTION kb._graph_channel(bigint, text, integer, integer, jsonb) IS
   '(definitions and files by name, headings it quotes), then their neighbours within p_hops '
   '(members, bases, calls either way, imports; each vertex once), as the chunks holding them '
   'in that order, each with the path that reached it.';
+
+CREATE OR REPLACE FUNCTION kb.graph_entities(kb text, name text)
+RETURNS TABLE (entity text, type text, key text, names text[], documents bigint,
+               mentions bigint, merged_from text[])
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  WITH ix AS (SELECT kb._graph_index(graph_entities.kb) AS id),
+  hit AS (
+    SELECT coalesce(m.other_key, n.qualified_name) AS canonical
+      FROM ix JOIN kb.graph_node n ON n.index_id = ix.id AND n.kind = 'entity'
+      LEFT JOIN kb.graph_entity_merge m
+        ON m.index_id = n.index_id AND m.key = n.qualified_name AND m.merged
+     WHERE lower(n.name) = lower(btrim(graph_entities.name))
+        OR split_part(n.qualified_name, '|', 1) = lower(btrim(graph_entities.name))
+        OR lower(btrim(graph_entities.name)) IN (SELECT lower(a)
+                                  FROM jsonb_array_elements_text(n.properties->'aliases') a)
+  ),
+  members AS (
+    SELECT DISTINCT h.canonical, n.*
+      FROM ix, hit h JOIN kb.graph_node n ON n.kind = 'entity'
+       AND (n.qualified_name = h.canonical
+            OR n.qualified_name IN (SELECT m.key FROM kb.graph_entity_merge m
+                                     WHERE m.other_key = h.canonical AND m.merged))
+     WHERE n.index_id = ix.id
+  )
+  SELECT (array_agg(m.name ORDER BY m.qualified_name = m.canonical DESC, m.id))[1],
+         (array_agg(m.properties->>'type' ORDER BY m.qualified_name = m.canonical DESC, m.id))[1],
+         m.canonical,
+         ARRAY(SELECT DISTINCT x FROM members m2,
+                 LATERAL (SELECT m2.name UNION ALL
+                          SELECT jsonb_array_elements_text(m2.properties->'aliases')) AS a(x)
+                WHERE m2.canonical = m.canonical ORDER BY 1),
+         count(DISTINCT m.document_id), sum((m.properties->>'mentions')::bigint),
+         ARRAY(SELECT DISTINCT m3.qualified_name FROM members m3
+                WHERE m3.canonical = m.canonical AND m3.qualified_name <> m.canonical ORDER BY 1)
+    FROM members m
+   GROUP BY m.canonical
+   ORDER BY 6 DESC, 3
+$$;
+COMMENT ON FUNCTION kb.graph_entities(text, text) IS
+  'The entities of the triplet graph a name refers to (by name, folded name or alias): each '
+  'merged entity once, with its type, merge key, every name it was written as, the documents '
+  'and mentions, and the keys merged into it (kb.graph_entity_merge says why).';
+
+CREATE OR REPLACE FUNCTION kb.graph_relations(kb text, entity text)
+RETURNS TABLE (subject text, predicate text, object text, document text, chunk_id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix bigint := kb._graph_index(graph_relations.kb);
+  v_own bigint[];
+BEGIN
+  SELECT array_agg(n.id) INTO v_own FROM kb.graph_node n
+   WHERE n.index_id = v_ix AND n.kind = 'entity'
+     AND (lower(n.name) = lower(btrim(entity))
+          OR split_part(n.qualified_name, '|', 1) = lower(btrim(entity))
+          OR lower(btrim(entity)) IN (SELECT lower(a)
+                                       FROM jsonb_array_elements_text(n.properties->'aliases') a));
+  -- The same entity in the other documents it appears in, and under merged keys.
+  v_own := v_own || ARRAY(SELECT p.peer_id FROM kb._entity_peers(v_ix, v_own) p);
+  RETURN QUERY
+  SELECT s.name, e.label, t.name, d.title, e.chunk_id
+    FROM kb.graph_edge e
+    JOIN kb.graph_node s ON s.id = e.source_id
+    JOIN kb.graph_node t ON t.id = e.target_id
+    JOIN kb.document d ON d.id = e.document_id
+   WHERE e.index_id = v_ix AND e.kind = 'relation'
+     AND (e.source_id = ANY (v_own) OR e.target_id = ANY (v_own))
+   ORDER BY d.title, e.id;
+END
+$$;
+COMMENT ON FUNCTION kb.graph_relations(text, text) IS
+  'Every (subject, predicate, object) of the triplet graph that involves an entity (merged '
+  'across documents), with the document and the chunk it was read from, to cite.';

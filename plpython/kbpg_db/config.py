@@ -262,27 +262,44 @@ STRATEGIES: dict[str, StrategySpec] = {
 }
 
 
-GRAPHS = ("document", "heading", "code")
+GRAPHS = ("document", "heading", "code", "triplets")
 
 
-class KnowledgeGraphSettings(_Strict):
+class KnowledgeGraphSettings(LlmSettings):
     """The knowledge-graph index of a ChunkEmbed KB (seed 001's KnowledgeGraph index method),
     beside its vectors and BM25: graphs of vertices and edges in kb.graph_node and
-    kb.graph_edge, read by the graph SQL functions and by search's graph channel."""
+    kb.graph_edge, read by the graph SQL functions and by search's graph channel. The LLM
+    settings (``model``, ``api_base``, ...) serve the triplet graph."""
 
     enabled: bool = False
     graphs: list[Literal[GRAPHS]] = Field(  # type: ignore[valid-type]
-        default_factory=lambda: list(GRAPHS),
+        default_factory=lambda: ["document", "heading", "code"],
         min_length=1,
         description="document: document -include-> chunk, chunk -include-> chunk where "
         "sections nest, chunk -next-> chunk; heading: a Markdown document's headings; code: "
-        "a source file's definitions with calls, imports, inherits and implements",
+        "a source file's definitions with calls, imports, inherits and implements; "
+        "triplets: (subject, predicate, object) from each chunk by the LLM",
+    )
+    max_triplets_per_chunk: int = Field(20, ge=1, le=200)
+    entity_merge: Literal["rules", "llm"] = Field(
+        "rules",
+        description="candidate duplicate entities (the same name with another type, similar "
+        "names): rules merges type synonyms and plurals only; llm asks the model about the "
+        "rest and records its answer",
+    )
+    merge_similarity: float = Field(
+        0.6, gt=0.0, le=1.0, description="trigram similarity that makes two names candidates"
     )
 
     @model_validator(mode="after")
     def _distinct(self) -> KnowledgeGraphSettings:
         if len(set(self.graphs)) != len(self.graphs):
             raise ValueError("knowledge_graph.graphs names a graph twice")
+        if self.enabled and "triplets" in self.graphs and not self.model:
+            raise ValueError(
+                "knowledge_graph.model is required for the triplets graph (the LLM that "
+                "reads each chunk; with api_base for an OpenAI-compatible endpoint)"
+            )
         return self
 
 
@@ -332,7 +349,9 @@ class IndexingConfig(_Strict):
         description="split source files (a title or metadata path ending .py, .ts, .go, ...) "
         "at their definitions: a function, class or method per chunk where it fits",
     )
-    knowledge_graph: KnowledgeGraphSettings = Field(default_factory=KnowledgeGraphSettings)
+    knowledge_graph: KnowledgeGraphSettings = Field(
+        default_factory=lambda: KnowledgeGraphSettings.model_validate({})
+    )
     embedding_model: str = Field(LOCAL_MODEL, min_length=1, max_length=200)
     embedding_dimensions: int | None = Field(None, ge=1, le=16000)
     max_input_tokens: int | None = Field(
@@ -414,10 +433,21 @@ class IndexingConfig(_Strict):
     def spec(self) -> StrategySpec:
         return STRATEGIES[self.strategy]
 
+    @property
+    def triplets(self) -> bool:
+        """Whether the LLM reads each chunk for the knowledge graph's triplets."""
+        return self.knowledge_graph.enabled and "triplets" in self.knowledge_graph.graphs
+
+    @property
+    def uses_llm(self) -> bool:
+        return self.spec.uses_llm or self.triplets
+
     def llm(self) -> LlmSettings:
-        """The strategy's LLM settings (its extra, read as LlmSettings)."""
+        """The LLM settings indexing uses: the strategy's (its extra, read as LlmSettings),
+        or the knowledge graph's for ChunkEmbed's triplets."""
         fields = set(LlmSettings.model_fields)
-        return LlmSettings.model_validate({k: v for k, v in self.extra.items() if k in fields})
+        source = self.knowledge_graph.model_dump() if self.triplets else self.extra
+        return LlmSettings.model_validate({k: v for k, v in source.items() if k in fields})
 
     @property
     def input_tokens(self) -> int:

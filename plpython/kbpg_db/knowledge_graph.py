@@ -16,10 +16,14 @@ Every vertex names the chunk that holds it, so a graph answer cites text.
 from __future__ import annotations
 
 import bisect
+import re
+from collections.abc import Callable
 from typing import Any
 
-from kbpg_db import chunking, code_graph
+from kbpg_db import chunking, code_graph, tokens
 from kbpg_db.config import IndexingConfig
+from kbpg_db.llm import Llm, Request
+from kbpg_db.strategies import StrategyError
 
 
 def code_source(title: str, metadata: dict[str, Any]) -> tuple[str, str] | None:
@@ -81,6 +85,17 @@ class _Graph:
         self.edges.append({"source": source, "kind": kind, "target": target, **more})
 
 
+KNOWN_ENTITIES = """
+    SELECT n.qualified_name AS key, min(n.name) AS name, min(n.properties->>'type') AS type,
+           min(left(c.content, 600)) AS context,
+           (SELECT m.other_key FROM kb.graph_entity_merge m
+             WHERE m.index_id = $1 AND m.key = n.qualified_name AND m.merged) AS canonical
+      FROM kb.graph_node n LEFT JOIN kb.chunk c ON c.id = n.chunk_id
+     WHERE n.index_id = $1 AND n.graph = 'triplets' AND n.kind = 'entity' AND n.path <> $2
+     GROUP BY n.qualified_name
+"""
+
+
 def build(
     title: str,
     content: str,
@@ -88,9 +103,11 @@ def build(
     cfg: IndexingConfig,
     rows: list[dict[str, Any]],
     code: code_graph.CodeGraph | None,
+    ctx: Any = None,
 ) -> dict[str, Any]:
     """The document's graphs as kb._store_knowledge_graph's artifacts; vertices and edges
-    name chunks by ordinal and one another by local id."""
+    name chunks by ordinal and one another by local id. The triplet graph asks the LLM
+    (``ctx.llm``) about every chunk, then about candidate duplicate entities."""
     wanted = set(cfg.knowledge_graph.graphs)
     g = _Graph()
     doc = g.node(
@@ -191,4 +208,314 @@ def build(
                 confidence=ref.confidence,
                 resolution=ref.resolution,
             )
-    return {"graph": {"nodes": g.nodes, "edges": g.edges}}
+    merges: list[dict[str, Any]] = []
+    if "triplets" in wanted and rows:
+        settings = cfg.knowledge_graph
+        llm = ctx.llm.with_model(None) if ctx is not None and ctx.llm is not None else None
+        if llm is None:
+            raise StrategyError("the triplet graph needs the knowledge graph's LLM")
+        found = extract_triplets(
+            llm, title, rows, settings.max_triplets_per_chunk,
+            ctx.stage("extracting triplets", len(rows)),
+        )  # fmt: skip
+        mine = triplet_graph(g, doc, title, rows, found)
+        known: dict[str, dict[str, Any]] = {}
+        if ctx.query is not None and ctx.index_id is not None:
+            for r in ctx.query((KNOWN_ENTITIES, ["bigint", "text"]), [ctx.index_id, title]):
+                known[r["key"]] = dict(r)
+        llm.progress = ctx.stage("comparing entities")
+        merges = merge_decisions(mine, known, settings, llm)
+    return {"graph": {"nodes": g.nodes, "edges": g.edges, "merges": merges}}
+
+
+# --- the triplet graph ------------------------------------------------------------------------
+TRIPLETS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "triplets": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "subject": {"type": "string"},
+                    "subject_type": {"type": "string"},
+                    "predicate": {"type": "string"},
+                    "object": {"type": "string"},
+                    "object_type": {"type": "string"},
+                },
+                "required": ["subject", "subject_type", "predicate", "object", "object_type"],
+            },
+        }
+    },
+    "required": ["triplets"],
+}
+_TRIPLET_FIELDS = ("subject", "subject_type", "predicate", "object", "object_type")
+MERGE_SCHEMA = {
+    "type": "object",
+    "properties": {"same": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["same", "reason"],
+}
+CHUNK_TOKENS = 3000  # of a chunk's text the triplet prompt shows, at most
+# Legal-form words that do not change which organisation a name means.
+_LEGAL = {
+    "inc", "incorporated", "ltd", "limited", "llc", "llp", "corp", "corporation", "gmbh",
+    "plc", "ag", "sa", "sas", "bv", "nv", "pty", "oy", "ab", "kk",
+}  # fmt: skip
+# Entity types that name the same kind of thing.
+_TYPE_GROUPS = {
+    "organization": {
+        "organization", "organisation", "company", "corporation", "firm", "business",
+        "startup", "org", "enterprise", "institution",
+    },
+    "person": {"person", "people", "individual", "human", "researcher", "author"},
+    "place": {"place", "location", "city", "country", "region", "area"},
+    "product": {"product", "service", "tool", "software", "application", "app"},
+    "concept": {"concept", "idea", "notion", "topic", "technique", "method"},
+}  # fmt: skip
+_TYPE_OF = {word: group for group, words in _TYPE_GROUPS.items() for word in words}
+
+
+def _words(text: str) -> list[str]:
+    import unicodedata
+
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return re.sub(r"[^\w]+", " ", folded).split()
+
+
+def name_key(name: str) -> str:
+    """An entity name compared across chunks and documents: case, whitespace and
+    punctuation folded, a trailing legal form dropped (``Anthropic, Inc.`` -> ``anthropic``)."""
+    words = _words(name)
+    while len(words) > 1 and words[-1] in _LEGAL:
+        words.pop()
+    return " ".join(words)
+
+
+def type_key(kind: str) -> str:
+    words = _words(kind)
+    joined = " ".join(words)
+    if joined in _TYPE_OF:
+        return _TYPE_OF[joined]
+    last = words[-1] if words else ""
+    for singular in (last[:-3] + "y" if last.endswith("ies") else "", last[:-1], last):
+        if singular in _TYPE_OF:
+            return _TYPE_OF[singular]
+    return joined
+
+
+def entity_key(name: str, kind: str) -> str:
+    """The key entities merge by: the folded name and the kind of thing it is, so a
+    homonym of another type (Mercury the planet, Mercury the element) stays apart."""
+    return f"{name_key(name)}|{type_key(kind)}"
+
+
+def trigrams(text: str) -> set[str]:
+    """pg_trgm's trigrams of a text: each word padded with two spaces before, one after."""
+    out: set[str] = set()
+    for word in _words(text):
+        padded = f"  {word} "
+        out.update(padded[i : i + 3] for i in range(len(padded) - 2))
+    return out
+
+
+def similarity(a: str, b: str) -> float:
+    ta, tb = trigrams(a), trigrams(b)
+    return len(ta & tb) / len(ta | tb) if ta and tb else 0.0
+
+
+def _plural_of(a: str, b: str) -> bool:
+    return a + "s" == b or a + "es" == b or b + "s" == a or b + "es" == a
+
+
+def _check_triplets(limit: int) -> Callable[[Any], list[dict[str, str]]]:
+    def check(value: Any) -> list[dict[str, str]]:
+        if not isinstance(value, dict) or not isinstance(value.get("triplets"), list):
+            raise ValueError('answer {"triplets": [...]}')
+        out = []
+        for t in value["triplets"][:limit]:
+            if not isinstance(t, dict):
+                raise ValueError("each triplet is an object with subject, predicate and object")
+            clean = {k: str(t.get(k) or "").strip()[:200] for k in _TRIPLET_FIELDS}
+            if clean["subject"] and clean["predicate"] and clean["object"]:
+                out.append(clean)
+        return out
+
+    return check
+
+
+def _check_merge(value: Any) -> tuple[bool, str]:
+    if not isinstance(value, dict) or not isinstance(value.get("same"), bool):
+        raise ValueError('answer {"same": true or false, "reason": "..."}')
+    return value["same"], str(value.get("reason") or "")[:500]
+
+
+def extract_triplets(
+    llm: Llm,
+    title: str,
+    rows: list[dict[str, Any]],
+    limit: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[list[dict[str, str]]]:
+    """Each chunk's (subject, predicate, object) triplets with the entities' types."""
+    requests = [
+        Request(
+            "knowledge_triplets",
+            [
+                {
+                    "role": "system",
+                    "content": "You extract a knowledge graph from text: the facts it states "
+                    "as (subject, predicate, object) triplets between named entities or "
+                    "concepts, each entity with its type (organization, person, place, product, "
+                    "concept, or a more precise one). Use the entities' names as the text writes "
+                    "them; short predicates (has, reuses, founded). Answer with JSON only.",
+                },
+                {
+                    "role": "user",
+                    "content": f"Document: {title}\nText:\n{tokens.truncate(r['content'], CHUNK_TOKENS)}\n\n"
+                    f'Return {{"triplets": [{{"subject": "...", "subject_type": "...", '
+                    f'"predicate": "...", "object": "...", "object_type": "..."}}]}} with at '
+                    f"most {limit} triplets; an empty list when the text states no facts.",
+                },
+            ],
+            TRIPLETS_SCHEMA,
+            _check_triplets(limit),
+            max_tokens=1500,
+        )
+        for r in rows
+    ]
+    llm.progress = progress
+    return list(llm.ask_many(requests))
+
+
+def _merge_request(a: dict[str, Any], b: dict[str, Any]) -> Request:
+    def side(e: dict[str, Any]) -> str:
+        return f'"{e["name"]}" ({e["type"]}), seen in: "{tokens.truncate(e["context"], 150)}"'
+
+    return Request(
+        "entity_merge",
+        [
+            {
+                "role": "system",
+                "content": "You decide whether two entity mentions from a knowledge base name "
+                "the same real-world thing. Answer with JSON only.",
+            },
+            {
+                "role": "user",
+                "content": f"A: {side(a)}\nB: {side(b)}\n\n"
+                'Return {"same": true or false, "reason": "a short reason"}.',
+            },
+        ],
+        MERGE_SCHEMA,
+        _check_merge,
+        max_tokens=200,
+    )
+
+
+def merge_decisions(
+    mine: dict[str, dict[str, Any]],
+    known: dict[str, dict[str, Any]],
+    settings: Any,
+    llm: Llm | None,
+) -> list[dict[str, Any]]:
+    """What to do with this document's entities whose key is new: every candidate duplicate
+    among the entities known in the generation and the document's own (the same name with
+    another type, or a similar name of the same type) gets a decision. Rules merge plurals
+    (type synonyms and legal forms are folded into the key already) and keep the rest apart;
+    with entity_merge llm the model decides those. ``known`` maps key -> {name, type,
+    context, canonical}; a merge points at the candidate's canonical key."""
+    pool = dict(known)
+    by_trigram: dict[str, set[str]] = {}
+    for other in pool:
+        for tri in trigrams(other.split("|", 1)[0]):
+            by_trigram.setdefault(tri, set()).add(other)
+    decisions: list[dict[str, Any]] = []
+    asks: list[tuple[str, str, float]] = []
+    for key, e in mine.items():
+        if key in known:
+            continue
+        name, kind = key.split("|", 1)
+        near = set().union(*(by_trigram.get(t, set()) for t in trigrams(name))) - {key}
+        canonical = None
+        for other in sorted(near):
+            o = pool[other]
+            oname, okind = other.split("|", 1)
+            if oname == name:
+                sim, why = 1.0, f"same name, another type ({e['type']} / {o['type']})"
+            else:
+                sim = similarity(name, oname)
+                if okind != kind or sim < settings.merge_similarity:
+                    continue
+                why = f"similar names ({sim:.2f})"
+                if _plural_of(name, oname) and canonical is None:
+                    canonical = o.get("canonical") or other
+                    decisions.append(_decision(key, canonical, True, "rule", "plural", sim))
+                    continue
+            if settings.entity_merge == "llm" and llm is not None:
+                asks.append((key, other, sim))
+            else:
+                decisions.append(_decision(key, other, False, "rule", f"{why}: kept apart", sim))
+        pool[key] = {**e, "canonical": canonical}
+        for tri in trigrams(name):
+            by_trigram.setdefault(tri, set()).add(key)
+    if asks and llm is not None:
+        answers = llm.ask_many([_merge_request(pool[a], pool[b]) for a, b, _ in asks])
+        for (a, b, sim), (same, reason) in zip(asks, answers, strict=True):
+            target = pool[b].get("canonical") or b
+            if same and pool[a].get("canonical") is None and target != a:
+                pool[a]["canonical"] = target
+                decisions.append(_decision(a, target, True, "llm", reason, sim))
+            else:
+                decisions.append(_decision(a, b, False, "llm", reason, sim))
+    return decisions
+
+
+def _decision(
+    key: str, other: str, merged: bool, by: str, reason: str, sim: float
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "other_key": other,
+        "merged": merged,
+        "decided_by": by,
+        "reason": reason,
+        "similarity": round(sim, 3),
+    }
+
+
+def triplet_graph(
+    g: _Graph,
+    doc: int,
+    title: str,
+    rows: list[dict[str, Any]],
+    found: list[list[dict[str, str]]],
+) -> dict[str, dict[str, Any]]:
+    """Entity vertices (one per key in this document, its first name kept, the others as
+    aliases) and relation edges with their chunk; returns key -> entity for merging."""
+    entities: dict[str, dict[str, Any]] = {}
+    node_of: dict[str, int] = {}
+    for row, triplets in zip(rows, found, strict=True):
+        for t in triplets:
+            ends = []
+            for name, kind in ((t["subject"], t["subject_type"]), (t["object"], t["object_type"])):
+                key = entity_key(name, kind)
+                if not name_key(name):
+                    break
+                if key not in node_of:
+                    node_of[key] = g.node(
+                        "triplets",
+                        "entity",
+                        name,
+                        key,
+                        path=title,
+                        chunk=row["ordinal"],
+                        properties={"type": kind, "aliases": [], "mentions": 0},
+                    )
+                    entities[key] = {"name": name, "type": kind, "context": row["content"]}
+                props = g.nodes[node_of[key]]["properties"]
+                props["mentions"] += 1
+                if name != g.nodes[node_of[key]]["name"] and name not in props["aliases"]:
+                    props["aliases"].append(name)
+                ends.append(node_of[key])
+            if len(ends) == 2 and ends[0] != ends[1]:
+                g.edge(ends[0], "relation", ends[1], label=t["predicate"], chunk=row["ordinal"])
+    return entities

@@ -147,6 +147,7 @@ def build_document(
     page_starts: list[int] | None,
     metadata: Any,
     file: bytes | None = None,
+    index_id: int | None = None,
 ) -> dict[str, Any]:
     """One step of indexing a document with its KB's strategy.
 
@@ -161,7 +162,7 @@ def build_document(
     cfg = _indexing(indexing_config)
     progress: list[str] = []
     layer: llm.Llm | None = None
-    if cfg.spec.uses_llm:
+    if cfg.uses_llm:
         settings = cfg.llm()
         provider = None
         if settings.model:
@@ -181,6 +182,10 @@ def build_document(
         layer,
         api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model)),
         progress.append,
+        index_id,
+        (lambda sql, args: list(plpy.execute(plpy.prepare(sql[0], sql[1]), args)))
+        if index_id is not None
+        else None,
     )
     doc = strategies.Document(title, content, page_starts, _json(metadata) or {}, file)
     out: dict[str, Any] = {

@@ -333,6 +333,8 @@ CASES = [
             "graph_imports",
             "graph_heading_tree",
             "graph_neighbours",
+            "graph_entities",
+            "graph_relations",
         )
     ],
     Case(

@@ -44,11 +44,15 @@ class Built:
 @dataclass
 class BuildContext:
     """What a build may use: the LLM layer (None when the strategy needs none), the
-    embedding key, and a progress reporter shown in ``kb.document_status``."""
+    embedding key, a progress reporter shown in ``kb.document_status``, and the index
+    generation with a way to read it (the triplet graph compares entities with it)."""
 
     llm: Llm | None
     embedding_key: str | None
     report: Callable[[str], None] = lambda _text: None
+    index_id: int | None = None  # the generation being built
+    # Reads the database: query((sql, [types]), [args]) -> rows (None outside a job).
+    query: Callable[[tuple[str, list[str]], list[Any]], list[Any]] | None = None
 
     def stage(self, name: str, total: int | None = None) -> Callable[[int, int], None]:
         """A progress callback for one stage: "summarising nodes 12/40"."""

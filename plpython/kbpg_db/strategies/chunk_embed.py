@@ -31,6 +31,11 @@ def chunk_rows(
         cfg.semantic_percentile,
         embed_units,
     )
+    return payload(chunks, page_starts)
+
+
+def payload(chunks: list[chunking.Chunk], page_starts: list[int] | None) -> list[Any]:
+    """Chunks as kb.chunk_payload rows, without their vectors yet."""
     return [
         {
             "ordinal": c.ordinal,
@@ -56,20 +61,7 @@ def code_rows(graph: code_graph.CodeGraph, content: str, cfg: IndexingConfig) ->
         cfg.chunk_size,
         cfg.chunk_overlap,
     )
-    return [
-        {
-            "ordinal": c.ordinal,
-            "content": c.content,
-            "embed_text": c.embed_text,
-            "token_count": c.token_count,
-            "heading_path": c.heading_path,
-            "page": None,
-            "char_start": c.char_start,
-            "char_end": c.char_end,
-            "embedding": None,
-        }
-        for c in chunks
-    ]
+    return payload(chunks, None)
 
 
 def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
@@ -82,12 +74,16 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         rows = code_rows(graph, doc.content, cfg)
     else:
         rows = chunk_rows(doc.content, cfg, doc.page_starts, ctx.embedding_key)
+    # The graph first: its LLM calls may take several steps, and each step starts over
+    # (cached answers make that cheap); embedding once, in the last.
+    artifacts = None
+    if cfg.knowledge_graph.enabled:
+        artifacts = knowledge_graph.build(
+            doc.title, doc.content, doc.metadata, cfg, rows, graph, ctx
+        )
     texts = [r["embed_text"] for r in rows]
     ctx.report(f"embedding {len(texts)} chunks")
     result = embedding.embed(cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts])
     for row, vec in zip(rows, result.vectors, strict=True):
         row["embedding"] = vec
-    artifacts = None
-    if cfg.knowledge_graph.enabled:
-        artifacts = knowledge_graph.build(doc.title, doc.content, doc.metadata, cfg, rows, graph)
     return Built(rows, artifacts, result.tokens, result.cost_usd)
