@@ -134,6 +134,20 @@ class Worker:
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 10)
 
+    def _refresh_communities(self, conn: Any) -> None:
+        """With the queue empty: bring the knowledge-graph communities of KBs whose
+        entities changed up to date (LLM summaries of new and changed ones)."""
+        for kb, n, summarized, kept, removed, error in conn.execute(
+            "SELECT * FROM kb.refresh_stale_communities()"
+        ).fetchall():
+            if error:
+                log.warning("communities of %s: refresh failed: %s", kb, error)
+            else:
+                log.info(
+                    "communities of %s: %s (%s summarised, %s kept, %s removed)",
+                    kb, n, summarized, kept, removed,
+                )  # fmt: skip
+
     def _queue_empty(self, conn: Any) -> bool:
         row = conn.execute(
             "SELECT count(*) FROM kb.job WHERE status IN ('queued', 'running')"
@@ -160,6 +174,8 @@ class Worker:
                 ).fetchall()
                 if not jobs:
                     self._idle[index] = True
+                    if index == 0 and self._queue_empty(conn):
+                        self._refresh_communities(conn)
                     if self.once and all(self._idle) and self._queue_empty(conn):
                         return
                     self.wake.wait(self.poll_interval)

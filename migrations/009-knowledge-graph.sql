@@ -26,6 +26,7 @@ CREATE TABLE kb.graph_node (
     end_line       integer,
     chunk_id       bigint REFERENCES kb.chunk (id) ON DELETE SET NULL,  -- the chunk holding it
     properties     jsonb NOT NULL DEFAULT '{}',
+    embedding      vector,   -- an entity's name, embedded with the KB's model (vector match)
     UNIQUE (index_id, document_id, local_id)
 );
 CREATE INDEX graph_node_name_idx ON kb.graph_node (index_id, name);
@@ -94,13 +95,44 @@ COMMENT ON TABLE kb.graph_entity_merge IS
   'Knowledge-graph entity merges beyond the normalised key: each candidate pair (same name, '
   'another type; similar names), merged or not, decided by a rule or recorded from the LLM.';
 
+-- Communities of the triplet graph with their LLM summaries (knowledge_graph.communities),
+-- and when each generation's communities were last brought up to date.
+CREATE TABLE kb.graph_community (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    index_id    bigint NOT NULL REFERENCES kb.kb_index (id) ON DELETE CASCADE,
+    signature   text NOT NULL,     -- a hash of its relations: unchanged, the summary stays
+    members     text[] NOT NULL,   -- canonical entity keys
+    names       text[] NOT NULL,
+    relations   integer NOT NULL,
+    title       text NOT NULL,
+    summary     text NOT NULL,
+    embedding   vector,
+    tsv         tsvector NOT NULL,
+    chunk_ids   bigint[] NOT NULL, -- the chunks its relations were read from
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (index_id, signature)
+);
+COMMENT ON TABLE kb.graph_community IS
+  'Communities of a knowledge graph''s entities (label propagation over merged entities and '
+  'their relations), each with an LLM title and summary, embedded and indexed for search.';
+CREATE TABLE kb.graph_community_state (
+    index_id     bigint PRIMARY KEY REFERENCES kb.kb_index (id) ON DELETE CASCADE,
+    stale        boolean NOT NULL DEFAULT true,
+    refreshed_at timestamptz,
+    error        text
+);
+COMMENT ON TABLE kb.graph_community_state IS
+  'Whether a generation''s entities changed since its communities were summarised (the '
+  'worker refreshes stale ones when its queue is empty), and the last refresh''s error.';
+
 DO $$
 DECLARE
   t text;
   k text := 'index_id = ANY ((SELECT kb._readable_indexes(current_user))::bigint[])';
   w text := 'kb._can_write_index(index_id)';
 BEGIN
-  FOREACH t IN ARRAY ARRAY['graph_node', 'graph_edge', 'graph_entity_merge'] LOOP
+  FOREACH t IN ARRAY ARRAY['graph_node', 'graph_edge', 'graph_entity_merge', 'graph_community',
+                           'graph_community_state'] LOOP
     EXECUTE format('ALTER TABLE kb.%I ENABLE ROW LEVEL SECURITY', t);
     EXECUTE format('CREATE POLICY readable ON kb.%I FOR SELECT USING (%s)', t, k);
     EXECUTE format('CREATE POLICY adds ON kb.%I FOR INSERT WITH CHECK (%s)', t, w);

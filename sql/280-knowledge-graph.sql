@@ -15,11 +15,12 @@ BEGIN
   WITH ins AS (
     INSERT INTO kb.graph_node (index_id, document_id, local_id, graph, kind, name,
                                qualified_name, path, module, language, member_of, start_line,
-                               end_line, chunk_id, properties)
+                               end_line, chunk_id, properties, embedding)
     SELECT p_index_id, p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
            n->>'name', n->>'qualified_name', n->>'path', n->>'module', n->>'language',
            n->>'member_of', (n->>'start_line')::integer, (n->>'end_line')::integer,
-           (p_chunk_ids->>(n->>'chunk'))::bigint, coalesce(n->'properties', '{}')
+           (p_chunk_ids->>(n->>'chunk'))::bigint, coalesce(n->'properties', '{}'),
+           (n->>'embedding')::vector
     FROM jsonb_array_elements(coalesce(p_graph->'nodes', '[]')) AS n
     RETURNING id, local_id
   )
@@ -42,11 +43,43 @@ BEGIN
          m->>'reason', (m->>'similarity')::real
   FROM jsonb_array_elements(coalesce(p_graph->'merges', '[]')) AS m
   ON CONFLICT DO NOTHING;
+  -- New entities make the generation's communities stale (removed ones: kb._graph_node_gone).
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_graph->'nodes', '[]')) n
+              WHERE n->>'kind' = 'entity') THEN
+    PERFORM kb._communities_stale(ARRAY[p_index_id]);
+  END IF;
 END
 $$;
 COMMENT ON FUNCTION kb._store_knowledge_graph(bigint, bigint, jsonb, jsonb) IS
   'Internal: writes one document''s knowledge-graph vertices and edges for an index generation, '
   'replacing the ones it had there.';
+
+CREATE OR REPLACE FUNCTION kb._communities_stale(p_index_ids bigint[]) RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  INSERT INTO kb.graph_community_state AS s (index_id, stale)
+  SELECT DISTINCT i, true FROM unnest(p_index_ids) i
+   WHERE EXISTS (SELECT 1 FROM kb.kb_index ix WHERE ix.id = i
+                  AND coalesce((ix.indexing_config->'knowledge_graph'->>'communities')::boolean, false))
+  ON CONFLICT (index_id) DO UPDATE SET stale = true
+$$;
+COMMENT ON FUNCTION kb._communities_stale(bigint[]) IS
+  'Internal: marks generations whose entities changed, where communities are on.';
+
+CREATE OR REPLACE FUNCTION kb._graph_node_gone() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM kb._communities_stale(ARRAY(SELECT DISTINCT index_id FROM gone WHERE kind = 'entity'));
+  RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION kb._graph_node_gone() IS
+  'Internal: entities removed (a document deleted or re-indexed) make communities stale.';
+CREATE OR REPLACE TRIGGER graph_node_gone AFTER DELETE ON kb.graph_node
+  REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION kb._graph_node_gone();
 
 CREATE OR REPLACE FUNCTION kb._store_chunk_embed(p_index_id bigint, p_document_id bigint,
                                                  p_artifacts jsonb, p_chunk_ids jsonb)
@@ -97,30 +130,60 @@ COMMENT ON FUNCTION kb._language_family(text) IS
   'Internal: languages whose files reference one another (C with C++, JavaScript with '
   'TypeScript); a reference never resolves into another family.';
 
+CREATE OR REPLACE FUNCTION kb._module_tier(p_module text, p_path text, p_modules text[])
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(min(m.i)::integer, 1000)
+    FROM unnest(p_modules) WITH ORDINALITY AS m(mod, i)
+   WHERE kb._module_matches(p_module, p_path, m.mod)
+$$;
+COMMENT ON FUNCTION kb._module_tier(text, text, text[]) IS
+  'Internal: which of the modules a reference may come from (1 the first) a file is; 1000: none.';
+
 CREATE OR REPLACE FUNCTION kb._graph_edges(p_index_id bigint, p_sources bigint[] DEFAULT NULL,
                                            p_target_names text[] DEFAULT NULL)
 RETURNS TABLE (edge_id bigint, source_id bigint, target_id bigint, kind text,
                confidence real, resolution text, line integer, target_name text,
                label text, chunk_id bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_edges bigint[];
+BEGIN
+  -- Which edges: from some vertices, to targets of some names, or all of the generation
+  -- (each its own statement, so each is planned on its own index).
+  IF p_sources IS NOT NULL THEN
+    v_edges := ARRAY(SELECT g.id FROM kb.graph_edge g WHERE g.source_id = ANY (p_sources));
+  ELSIF p_target_names IS NOT NULL THEN
+    v_edges := ARRAY(SELECT g.id FROM kb.graph_node t JOIN kb.graph_edge g ON g.target_id = t.id
+                      WHERE t.index_id = p_index_id AND t.name = ANY (p_target_names)
+                     UNION ALL
+                     SELECT g.id FROM kb.graph_edge g
+                      WHERE g.index_id = p_index_id AND g.target_id IS NULL
+                        AND g.target_name = ANY (p_target_names));
+  ELSE
+    v_edges := ARRAY(SELECT g.id FROM kb.graph_edge g WHERE g.index_id = p_index_id);
+  END IF;
+  RETURN QUERY
   -- Edges stored resolved: structure, references within one file, relations.
   SELECT e.id, e.source_id, e.target_id, e.kind, e.confidence, e.resolution, e.line,
          coalesce(e.target_name, t.name), e.label, e.chunk_id
     FROM kb.graph_edge e JOIN kb.graph_node t ON t.id = e.target_id
-   WHERE e.index_id = p_index_id AND e.target_id IS NOT NULL
-     AND (p_sources IS NULL OR e.source_id = ANY (p_sources))
-     AND (p_target_names IS NULL OR t.name = ANY (p_target_names))
+   WHERE e.id = ANY (v_edges)
   UNION ALL
   -- References to other files, resolved as they are read: 'import' where one of the
   -- modules the reference may come from holds the target (the first such module wins),
-  -- else 'name_only' to every definition of that name; the confidence is split among the
-  -- candidates. A reference with none keeps target NULL ('external': a library, a builtin).
+  -- else 'name_only' to every definition of that name in the same language family; the
+  -- confidence is split among the candidates. A reference with none keeps target NULL
+  -- ('external': a library, a builtin).
   SELECT e.id, e.source_id, c.id, e.kind,
          coalesce(c.confidence, 0)::real, coalesce(c.resolution, 'external'), e.line,
          e.target_name, e.label, e.chunk_id
     FROM kb.graph_edge e
+    JOIN kb.graph_node src ON src.id = e.source_id
     LEFT JOIN LATERAL (
       SELECT r.id,
              (CASE WHEN r.tier < 1000 THEN 0.9 ELSE 0.5 END / count(*) OVER ()) AS confidence,
@@ -128,28 +191,28 @@ AS $$
       FROM (
         SELECT q.id, q.tier, min(q.tier) OVER () AS best
         FROM (
-          SELECT n.id,
-                 coalesce((SELECT min(m.i) FROM unnest(e.target_modules) WITH ORDINALITY AS m(mod, i)
-                            WHERE kb._module_matches(n.module, n.path, m.mod)), 1000) AS tier
-          FROM kb.graph_node n, kb.graph_node src
-          WHERE src.id = e.source_id
-            AND n.index_id = e.index_id AND n.graph = 'code' AND n.document_id <> e.document_id
-            AND kb._language_family(n.language) = kb._language_family(src.language)
-            AND CASE WHEN e.kind = 'imports'
-                     THEN n.kind = 'file'
-                          AND (regexp_replace(n.module, '^.*/', '') = ANY (
-                                 ARRAY(SELECT regexp_replace(m, '^.*/', '') FROM unnest(e.target_modules) m))
-                               OR n.name = ANY (
-                                 ARRAY(SELECT regexp_replace(m, '^.*/', '') FROM unnest(e.target_modules) m)))
-                     ELSE n.name = e.target_name AND n.kind = ANY (kb._graph_target_kinds(e.kind))
-                END
+          SELECT n.id, kb._module_tier(n.module, n.path, e.target_modules) AS tier
+            FROM kb.graph_node n
+           WHERE e.kind <> 'imports' AND n.index_id = e.index_id AND n.name = e.target_name
+             AND n.graph = 'code' AND n.kind = ANY (kb._graph_target_kinds(e.kind))
+             AND n.document_id <> e.document_id
+             AND kb._language_family(n.language) = kb._language_family(src.language)
+          UNION ALL
+          SELECT n.id, kb._module_tier(n.module, n.path, e.target_modules)
+            FROM kb.graph_node n
+           WHERE e.kind = 'imports' AND n.index_id = e.index_id AND n.kind = 'file'
+             AND n.graph = 'code' AND n.document_id <> e.document_id
+             AND kb._language_family(n.language) = kb._language_family(src.language)
+             AND (regexp_replace(n.module, '^.*/', '') = ANY (
+                    ARRAY(SELECT regexp_replace(m, '^.*/', '') FROM unnest(e.target_modules) m))
+                  OR n.name = ANY (
+                    ARRAY(SELECT regexp_replace(m, '^.*/', '') FROM unnest(e.target_modules) m)))
         ) q
       ) r
       WHERE r.tier = r.best AND (e.kind <> 'imports' OR r.tier < 1000)
     ) c ON true
-   WHERE e.index_id = p_index_id AND e.target_id IS NULL
-     AND (p_sources IS NULL OR e.source_id = ANY (p_sources))
-     AND (p_target_names IS NULL OR e.target_name = ANY (p_target_names))
+   WHERE e.id = ANY (v_edges) AND e.target_id IS NULL;
+END
 $$;
 COMMENT ON FUNCTION kb._graph_edges(bigint, bigint[], text[]) IS
   'Internal: the edges of an index generation''s knowledge graph with every reference '
@@ -537,7 +600,8 @@ COMMENT ON VIEW kb.graph_edges IS
 GRANT SELECT ON kb.graph_edges TO PUBLIC;
 
 CREATE OR REPLACE FUNCTION kb._graph_channel(p_index_id bigint, p_query text, p_limit integer,
-                                             p_hops integer, p_filter jsonb DEFAULT NULL)
+                                             p_hops integer, p_filter jsonb DEFAULT NULL,
+                                             p_embedding real[] DEFAULT NULL)
 RETURNS TABLE (chunk_id bigint, rank integer, path text)
 LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
@@ -589,6 +653,17 @@ BEGIN
          AND (lower(n.name) = ANY (v_terms)
               OR (length(n.name) >= 4 AND n.name ~ '\s'
                   AND position(lower(n.name) in lower(p_query)) > 0))
+      UNION ALL
+      -- And the entities whose name is nearest the query by vector (the query's own
+      -- embedding), when close enough: a paraphrase finds them too.
+      SELECT v.id, 1 + v.sim FROM (
+        SELECT n.id, 1 - (n.embedding <=> p_embedding::vector) AS sim
+          FROM kb.graph_node n
+         WHERE p_embedding IS NOT NULL AND n.index_id = p_index_id AND n.kind = 'entity'
+           AND n.embedding IS NOT NULL
+         ORDER BY n.embedding <=> p_embedding::vector
+         LIMIT 5
+      ) v WHERE v.sim >= 0.6
       ORDER BY 2 DESC, 1
       LIMIT p_limit
     ) s;
@@ -651,9 +726,10 @@ BEGIN
    LIMIT p_limit;
 END
 $$;
-COMMENT ON FUNCTION kb._graph_channel(bigint, text, integer, integer, jsonb) IS
+COMMENT ON FUNCTION kb._graph_channel(bigint, text, integer, integer, jsonb, real[]) IS
   'Internal: the knowledge-graph channel of a hybrid search: the vertices the query names '
-  '(definitions and files by name, headings it quotes), then their neighbours within p_hops '
+  '(definitions, files and entities by name, headings it quotes, entities nearest the query '
+  'vector), then their neighbours within p_hops '
   '(members, bases, calls either way, imports; each vertex once), as the chunks holding them '
   'in that order, each with the path that reached it.';
 
@@ -732,3 +808,156 @@ $$;
 COMMENT ON FUNCTION kb.graph_relations(text, text) IS
   'Every (subject, predicate, object) of the triplet graph that involves an entity (merged '
   'across documents), with the document and the chunk it was read from, to cite.';
+
+CREATE OR REPLACE FUNCTION kb._communities_index(kb_name text, p_write boolean)
+RETURNS kb.kb_index
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base := CASE WHEN p_write THEN kb._get_kb_for_write(kb_name)
+                                 ELSE kb._get_kb(kb_name) END;
+  v_ix kb.kb_index;
+BEGIN
+  SELECT * INTO v_ix FROM kb.kb_index WHERE id = v_kb.active_index_id;
+  IF NOT coalesce((v_ix.indexing_config->'knowledge_graph'->>'communities')::boolean, false) THEN
+    RAISE EXCEPTION 'knowledge base "%" has no knowledge-graph communities', kb_name
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'set knowledge_graph.communities (with the triplets graph) and reindex';
+  END IF;
+  RETURN v_ix;
+END
+$$;
+COMMENT ON FUNCTION kb._communities_index(text, boolean) IS
+  'Internal: the serving generation of a KB with knowledge-graph communities, or an error.';
+
+CREATE OR REPLACE FUNCTION kb._py_refresh_communities(index_id bigint, indexing_config jsonb)
+RETURNS jsonb
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.refresh_communities(plpy, index_id, indexing_config)
+$$;
+
+CREATE OR REPLACE FUNCTION kb.refresh_communities(kb text)
+RETURNS TABLE (communities integer, summarized integer, kept integer, removed integer)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix kb.kb_index := kb._communities_index(refresh_communities.kb, true);
+  v_res jsonb;
+  v_removed integer;
+BEGIN
+  -- One refresh per generation at a time; the others wait for it.
+  PERFORM pg_advisory_xact_lock(hashtext('kbpg_communities'), v_ix.id::integer);
+  v_res := kb._py_refresh_communities(v_ix.id, v_ix.indexing_config);
+  DELETE FROM kb.graph_community c
+   WHERE c.index_id = v_ix.id
+     AND NOT c.signature = ANY (ARRAY(SELECT jsonb_array_elements_text(v_res->'keep')));
+  GET DIAGNOSTICS v_removed = ROW_COUNT;
+  INSERT INTO kb.graph_community (index_id, signature, members, names, relations, title,
+                                  summary, embedding, tsv, chunk_ids)
+  SELECT v_ix.id, c->>'signature',
+         ARRAY(SELECT jsonb_array_elements_text(c->'members')),
+         ARRAY(SELECT jsonb_array_elements_text(c->'names')), (c->>'relations')::integer,
+         c->>'title', c->>'summary', (c->>'embedding')::vector,
+         kb.text_tsvector(v_ix.indexing_config, (c->>'title') || E'\n\n' || (c->>'summary')),
+         ARRAY(SELECT jsonb_array_elements_text(c->'chunk_ids')::bigint)
+  FROM jsonb_array_elements(v_res->'new') c;
+  INSERT INTO kb.graph_community_state AS s (index_id, stale, refreshed_at, error)
+  VALUES (v_ix.id, false, now(), NULL)
+  ON CONFLICT (index_id) DO UPDATE SET stale = false, refreshed_at = now(), error = NULL;
+  RETURN QUERY SELECT jsonb_array_length(v_res->'keep'), jsonb_array_length(v_res->'new'),
+                      jsonb_array_length(v_res->'keep') - jsonb_array_length(v_res->'new'),
+                      v_removed;
+/*@reraise_expected*/
+END
+$$;
+COMMENT ON FUNCTION kb.refresh_communities(text) IS
+  'Brings a KB''s knowledge-graph communities up to date: detects them again over its merged '
+  'entities and relations, keeps the summary of each whose relations did not change, has the '
+  'LLM summarise new and changed ones (cached), removes those that are gone. The worker runs '
+  'it for stale KBs when its queue is empty. Returns the counts.';
+
+CREATE OR REPLACE FUNCTION kb.refresh_stale_communities()
+RETURNS TABLE (kb text, communities integer, summarized integer, kept integer, removed integer,
+               error text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_name text;
+  v_ix bigint;
+BEGIN
+  FOR v_name, v_ix IN
+    SELECT k.name, s.index_id FROM kb.graph_community_state s
+      JOIN kb.knowledge_base k ON k.active_index_id = s.index_id
+     WHERE s.stale ORDER BY s.index_id LOOP
+    BEGIN
+      RETURN QUERY SELECT v_name, r.communities, r.summarized, r.kept, r.removed, NULL::text
+                     FROM kb.refresh_communities(v_name) r;
+    EXCEPTION WHEN OTHERS THEN
+      UPDATE kb.graph_community_state SET error = left(SQLERRM, 2000) WHERE index_id = v_ix;
+      RETURN QUERY SELECT v_name, NULL::integer, NULL::integer, NULL::integer, NULL::integer,
+                          SQLERRM;
+    END;
+  END LOOP;
+END
+$$;
+COMMENT ON FUNCTION kb.refresh_stale_communities() IS
+  'Refreshes the communities of every KB whose entities changed since their last refresh; '
+  'a failure is recorded (graph_community_state.error) and the next KB goes on.';
+
+CREATE OR REPLACE FUNCTION kb.graph_communities(kb text, query text DEFAULT NULL,
+                                                top_k integer DEFAULT 5)
+RETURNS TABLE (rank integer, title text, summary text, entities text[], relations integer,
+               score double precision, chunk_ids bigint[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base := kb._get_kb(graph_communities.kb);
+  v_ix kb.kb_index := kb._communities_index(graph_communities.kb, false);
+  v_prep kb.prepared_query;
+  v_terms tsquery;
+BEGIN
+  IF top_k IS NULL OR top_k NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION 'top_k must be between 1 and 1000 (got %)', coalesce(top_k::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF query IS NULL THEN
+    -- No question: the communities by size, the corpus's main subjects first.
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY c.relations DESC, c.id))::integer, c.title, c.summary,
+           c.names, c.relations, NULL::double precision, c.chunk_ids
+      FROM kb.graph_community c WHERE c.index_id = v_ix.id
+     ORDER BY c.relations DESC, c.id LIMIT top_k;
+    RETURN;
+  END IF;
+  PERFORM kb._check_query(query);
+  -- hybrid: a provider that cannot embed the query leaves the text rank to carry it.
+  v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config,
+                              '{"method": "hybrid"}', query);
+  v_terms := to_tsquery('simple', coalesce(nullif(array_to_string(ARRAY(
+               SELECT quote_literal(l) FROM unnest(kb.query_lexemes(v_ix.id, query)) l), ' | '),
+               ''), 'kbpg_no_terms'));
+  -- Ranked by the summaries' vectors, and by BM25-like text rank where there is no vector.
+  RETURN QUERY
+  SELECT (row_number() OVER (ORDER BY x.s DESC, x.id))::integer, x.title, x.summary, x.names,
+         x.relations, x.s, x.chunk_ids
+    FROM (
+      SELECT c.*, CASE WHEN v_prep.embedding IS NOT NULL AND c.embedding IS NOT NULL
+                       THEN 1 - (c.embedding <=> v_prep.embedding::vector)
+                       ELSE ts_rank(c.tsv, v_terms) END AS s
+        FROM kb.graph_community c WHERE c.index_id = v_ix.id
+    ) x
+   ORDER BY x.s DESC, x.id LIMIT top_k;
+END
+$$;
+COMMENT ON FUNCTION kb.graph_communities(text, text, integer) IS
+  'The knowledge graph''s community summaries for broad questions ("what is this corpus '
+  'about"): ranked by how near each summary is to the query, or by size without one; each '
+  'with its entities and the chunks its facts came from, to cite.';

@@ -163,7 +163,7 @@ BEGIN
       SELECT array_agg(g.chunk_id ORDER BY g.rank), array_agg(g.path ORDER BY g.rank)
         INTO v_gchunk, v_gpath
         FROM kb._graph_channel(v_ix.id, p_query, (v_cfg->>'graph_limit')::integer,
-                               (v_cfg->>'graph_hops')::integer, v_filter) g;
+                               (v_cfg->>'graph_hops')::integer, v_filter, v_prep.embedding) g;
     END IF;
     v_rows := ARRAY(
       WITH v AS (

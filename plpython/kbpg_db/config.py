@@ -290,11 +290,18 @@ class KnowledgeGraphSettings(LlmSettings):
     merge_similarity: float = Field(
         0.6, gt=0.0, le=1.0, description="trigram similarity that makes two names candidates"
     )
+    communities: bool = Field(
+        False,
+        description="detect communities over the triplet graph and have the LLM summarise "
+        "each (kb.graph_communities); the worker keeps them current as documents change",
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> KnowledgeGraphSettings:
         if len(set(self.graphs)) != len(self.graphs):
             raise ValueError("knowledge_graph.graphs names a graph twice")
+        if self.communities and "triplets" not in self.graphs:
+            raise ValueError("knowledge_graph.communities are built over the triplets graph")
         if self.enabled and "triplets" in self.graphs and not self.model:
             raise ValueError(
                 "knowledge_graph.model is required for the triplets graph (the LLM that "

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kbpg_db import chunking, code_graph, tokens
+from kbpg_db import chunking, code_graph, embedding, tokens
 from kbpg_db.config import IndexingConfig
 from kbpg_db.llm import Llm, Request
 from kbpg_db.strategies import StrategyError
@@ -209,6 +209,7 @@ def build(
                 resolution=ref.resolution,
             )
     merges: list[dict[str, Any]] = []
+    spent: dict[str, Any] = {"tokens": 0, "cost_usd": 0.0}
     if "triplets" in wanted and rows:
         settings = cfg.knowledge_graph
         llm = ctx.llm.with_model(None) if ctx is not None and ctx.llm is not None else None
@@ -225,7 +226,16 @@ def build(
                 known[r["key"]] = dict(r)
         llm.progress = ctx.stage("comparing entities")
         merges = merge_decisions(mine, known, settings, llm)
-    return {"graph": {"nodes": g.nodes, "edges": g.edges, "merges": merges}}
+        # Entity names embedded with the KB's model: the query vector finds them too.
+        entities = [v for v in g.nodes if v["kind"] == "entity"]
+        if entities:
+            ctx.report(f"embedding {len(entities)} entity names")
+            names = [v["name"] for v in entities]
+            got = embedding.embed(cfg, names, ctx.embedding_key, [tokens.count(x) for x in names])
+            for vertex, vec in zip(entities, got.vectors, strict=True):
+                vertex["embedding"] = [round(float(x), 6) for x in vec]
+            spent = {"tokens": got.tokens, "cost_usd": got.cost_usd}
+    return {"graph": {"nodes": g.nodes, "edges": g.edges, "merges": merges}, "embedded": spent}
 
 
 # --- the triplet graph ------------------------------------------------------------------------

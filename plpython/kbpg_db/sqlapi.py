@@ -389,3 +389,65 @@ def assemble_context(plpy: Any, rows: Any, budget: int, max_per_doc: int) -> dic
     from kbpg_db import context
 
     return context.assemble(_json(rows), budget, max_per_doc).as_row()
+
+
+def refresh_communities(plpy: Any, index_id: int, indexing_config: Any) -> str:
+    """The communities of an index generation's triplet graph, as kb.refresh_communities
+    stores them: the signatures to keep, and the new or changed ones with their summary
+    (LLM, cached) and its vector."""
+    from kbpg_db import communities, embedding, llm, tokens
+
+    cfg = _indexing(indexing_config)
+    settings = cfg.llm()
+    key = api_key(plpy, settings.api_key_name or _default_key_name(settings.model or ""))
+    wait = settings.request_timeout_s * (settings.max_retries + 1)
+    layer = llm.Llm(
+        settings,
+        llm.Provider(settings, key),
+        llm.CallCache(plpy),
+        llm.Slots(plpy, llm.endpoint_of(settings), settings.llm_concurrency, wait),
+    )
+    rows = [
+        dict(r) for r in plpy.execute(plpy.prepare(communities.RELATIONS, ["bigint"]), [index_id])
+    ]
+    found = communities.communities(rows)
+    have = {
+        r["signature"]
+        for r in plpy.execute(
+            plpy.prepare(
+                "SELECT signature FROM kb.graph_community WHERE index_id = $1", ["bigint"]
+            ),
+            [index_id],
+        )
+    }
+    new = [c for c in found if c.signature not in have]
+    try:
+        answers = layer.ask_many([communities.summary_request(c) for c in new])
+    except llm.LlmError as exc:
+        fail(plpy, f"summarising communities failed: {exc}", EXTERNAL_FAILURE)
+    texts = [f"{a['title']}\n\n{a['summary']}" for a in answers]
+    emb_key = api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model))
+    vectors = (
+        embedding.embed(cfg, texts, emb_key, [tokens.count(t) for t in texts]).vectors
+        if texts
+        else []
+    )
+    return json.dumps(
+        {
+            "keep": [c.signature for c in found],
+            "new": [
+                {
+                    "signature": c.signature,
+                    "members": c.members,
+                    "names": c.names,
+                    "relations": len(c.facts),
+                    "title": a["title"] or ", ".join(c.names[:3]),
+                    "summary": a["summary"],
+                    "embedding": [round(float(x), 6) for x in v],
+                    "chunk_ids": c.chunk_ids,
+                }
+                for c, a, v in zip(new, answers, vectors, strict=True)
+            ],
+            "usage": layer.usage.as_json(),
+        }
+    )

@@ -344,6 +344,22 @@ CASES = [
         NO_KB,
         hint=LIST_HINT,
     ),
+    *[
+        Case(
+            fn,
+            f"SELECT * FROM kb.{fn}('kg')",
+            "55000",
+            'knowledge base "kg" has no knowledge-graph communities',
+            hint="set knowledge_graph.communities (with the triplets graph) and reindex",
+        )
+        for fn in ("graph_communities", "refresh_communities")
+    ],
+    Case(
+        "graph_communities",
+        "SELECT * FROM kb.graph_communities('kgc', 'x', top_k => 0)",
+        "22023",
+        "top_k must be between 1 and 1000 (got 0)",
+    ),
     Case(
         "graph_definitions",
         "SELECT * FROM kb.graph_definitions('kg', ' ')",
@@ -392,6 +408,7 @@ NO_BAD_INPUT = {
     "process_job": "an unknown or finished job is an outcome ('lost'), not an error",
     "fail_job": "an unknown job is an outcome ('lost'), not an error",
     "release_job": "an unknown job has nothing to release",
+    "refresh_stale_communities": "no arguments (a failing KB is reported in its row)",
 }
 
 
@@ -400,6 +417,8 @@ def kbs(client: Client) -> None:
     client.create_knowledge_base("docs")
     client.create_knowledge_base("tree", {"strategy": "page_index"})
     client.create_knowledge_base("kg", {"knowledge_graph": {"enabled": True}})
+    kgc = {"enabled": True, "graphs": ["triplets"], "communities": True, "model": "openai/x"}
+    client.create_knowledge_base("kgc", {"knowledge_graph": kgc})
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.function}:{c.message[:40]}")

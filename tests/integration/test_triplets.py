@@ -66,12 +66,13 @@ def triplet_kb(
     provider: FakeProvider,
     name: str,
     docs: dict[str, str],
+    answer: Any = None,
     **settings: Any,
 ) -> None:
     llm = llm_extra(provider, llm_concurrency=2)
     llm.pop("summary_token_threshold")
     kg = {"enabled": True, "graphs": ["document", "triplets"], **llm, **settings}
-    provider.chat = chat
+    provider.chat = answer or chat
     remote_kb(client, conn, provider, name, knowledge_graph=kg)
     for title, text in docs.items():
         client.add_text(name, title, text)
@@ -152,6 +153,13 @@ def test_triplets_with_provenance_and_entity_merges(
         "legal.md",
         "Anthropic -same entity-> Anthropic, Inc.",
     ) in hits
+    # No name in the query, but the entity's vector is the query's nearest.
+    conn.execute("SET kb.fake_key = 'test-key'")  # this session predates the key
+    by_vector = rows(
+        conn,
+        "SELECT graph_path FROM kb.explain_search('kg', 'cache prompt') WHERE graph_rank = 1",
+    )
+    assert by_vector == [("names Prompt Cache",)]
     near = rows(conn, "SELECT vertex, via FROM kb.graph_neighbours('kg', 'anthropic', 1)")
     assert ("Claude", "builds") in near and ("San Francisco", "based in") in near
 
@@ -192,3 +200,69 @@ def test_triplets_need_a_model(
             knowledge_graph={"enabled": True, "graphs": ["triplets"]},
         )  # fmt: skip
     assert rows(conn, "SELECT count(*) FROM kb.knowledge_base WHERE name = 'nomodel'") == [(0,)]
+
+
+SPACE = {"planets.md": "Venus and Mercury orbit the Sun."}
+FACTS["Venus and Mercury"] = [
+    ("Mercury", "planet", "orbits", "Sun", "star"),
+    ("Venus", "planet", "orbits", "Sun", "star"),
+]
+FACTS["Claude writes"] = [("Claude", "product", "writes", "code", "concept")]
+
+
+def community_chat(body: dict[str, Any]) -> str:
+    prompt = last_user(body)
+    if prompt.startswith("Entities: "):
+        names = prompt.split("\n", 1)[0].removeprefix("Entities: ")
+        first = names.split(", ")[0]
+        return json.dumps({"title": f"About {first}", "summary": f"Facts about {names}."})
+    return chat(body)
+
+
+def summaries(provider: FakeProvider) -> list[str]:
+    return [p for p in provider.prompts() if p.startswith("Entities: ")]
+
+
+def test_communities_are_summarised_searchable_and_kept_current(
+    client: Client, conn: psycopg.Connection[Any], provider: FakeProvider
+) -> None:
+    docs = {**{k: DOCS[k] for k in ("anthropic.md", "company.md", "legal.md")}, **SPACE}
+    conn.execute("SET kb.fake_key = 'test-key'")  # for the query embeddings below
+    # The worker refreshes stale communities when its queue is empty.
+    triplet_kb(client, conn, provider, "kgc", docs, community_chat, communities=True)
+    got = rows(conn, "SELECT rank, title, entities, relations FROM kb.graph_communities('kgc')")
+    # Label propagation splits Anthropic's facts at the prompt cache: three communities.
+    assert got == [
+        (1, "About Anthropic", ["Anthropic", "Claude", "San Francisco"], 2),
+        (2, "About cost", ["cost", "KV matrix", "Prompt Cache"], 2),
+        (3, "About Mercury", ["Mercury", "Sun", "Venus"], 2),
+    ]
+    assert len(summaries(provider)) == 3
+    broad = rows(
+        conn,
+        "SELECT title, chunk_ids FROM kb.graph_communities('kgc', 'which planets orbit the sun',"
+        " top_k => 1)",
+    )
+    assert broad[0][0] == "About Mercury"
+    cited = rows(conn, "SELECT content FROM kb.chunk WHERE id = ANY (%s)", broad[0][1])
+    assert cited == [(SPACE["planets.md"],)]
+    # A new fact joins Anthropic's community: only that one is summarised again.
+    client.add_text("kgc", "claude.md", "Claude writes code.")
+    run_worker(conn.info.dsn)
+    assert len(summaries(provider)) == 4
+    got = rows(conn, "SELECT title, entities, relations FROM kb.graph_communities('kgc')")
+    assert got[0] == ("About Anthropic", ["Anthropic", "Claude", "code", "San Francisco"], 3)
+    assert rows(conn, "SELECT stale, error FROM kb.graph_community_state") == [(False, None)]
+    # A document deleted: its community goes.
+    client.delete_document("kgc", "planets.md")
+    run_worker(conn.info.dsn)
+    assert [t for (t,) in rows(conn, "SELECT title FROM kb.graph_communities('kgc')")] == [
+        "About Anthropic",
+        "About cost",
+    ]
+    assert len(summaries(provider)) == 4
+    assert rows(conn, "SELECT * FROM kb.refresh_communities('kgc')") == [(2, 0, 2, 0)]
+    # Dropping the KB takes its graph and communities with it.
+    client.drop_knowledge_base("kgc")
+    assert rows(conn, "SELECT count(*) FROM kb.graph_community") == [(0,)]
+    assert rows(conn, "SELECT count(*) FROM kb.graph_community_state") == [(0,)]

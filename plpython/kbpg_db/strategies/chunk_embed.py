@@ -86,4 +86,9 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     result = embedding.embed(cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts])
     for row, vec in zip(rows, result.vectors, strict=True):
         row["embedding"] = vec
-    return Built(rows, artifacts, result.tokens, result.cost_usd)
+    spent_tokens, cost = result.tokens, result.cost_usd
+    if artifacts is not None:  # the entity names the graph embedded count too
+        extra = artifacts.pop("embedded")
+        spent_tokens += extra["tokens"]
+        cost = None if cost is None or extra["cost_usd"] is None else cost + extra["cost_usd"]
+    return Built(rows, artifacts, spent_tokens, cost)
