@@ -3,7 +3,8 @@
 -- kept per document and index generation like chunks, traversed with recursive SQL.
 
 -- Vertices: a document and its chunks (the document graph), Markdown headings (the
--- heading graph), a source file and its definitions (the code graph), the entities the
+-- heading graph), a source file, its repository and its definitions (the code graph;
+-- one repository vertex per file, the files of one repository share its name), the entities the
 -- LLM found in a document's chunks (the triplet graph; one vertex per entity and document,
 -- the same entity across documents shares its key).
 
@@ -15,7 +16,7 @@ CREATE TABLE kb.graph_node (
     graph          text NOT NULL CHECK (graph IN ('document', 'heading', 'code', 'triplets')),
     kind           text NOT NULL CHECK (kind IN (
                      'document', 'chunk', 'heading', 'file', 'function', 'method', 'class',
-                     'interface', 'struct', 'enum', 'trait', 'impl', 'entity')),
+                     'interface', 'struct', 'enum', 'trait', 'impl', 'entity', 'repository')),
     name           text NOT NULL,
     qualified_name text NOT NULL,  -- an entity: its merge key (normalised name | type)
     path           text,     -- the file's path in its repository (code), else the title

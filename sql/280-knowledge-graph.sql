@@ -225,18 +225,19 @@ LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   -- The same entity in other documents (or under a merged key): one canonical key, the
-  -- entity's own unless a decision merged it into another's.
+  -- entity's own unless a decision merged it into another's. A repository's vertices (one
+  -- per file) are one by name the same way.
   WITH s AS (
-    SELECT n.id, coalesce(m.other_key, n.qualified_name) AS canonical
+    SELECT n.id, n.kind, coalesce(m.other_key, n.qualified_name) AS canonical
       FROM kb.graph_node n
       LEFT JOIN kb.graph_entity_merge m
         ON m.index_id = n.index_id AND m.key = n.qualified_name AND m.merged
-     WHERE n.id = ANY (p_ids) AND n.kind = 'entity'
+     WHERE n.id = ANY (p_ids) AND n.kind IN ('entity', 'repository')
   )
   SELECT s.id, o.id
     FROM s
     JOIN kb.graph_node o
-      ON o.index_id = p_index_id AND o.kind = 'entity' AND o.id <> s.id
+      ON o.index_id = p_index_id AND o.kind = s.kind AND o.id <> s.id
      AND o.qualified_name IN (SELECT s.canonical
                               UNION ALL
                               SELECT m.key FROM kb.graph_entity_merge m
@@ -245,7 +246,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION kb._entity_peers(bigint, bigint[]) IS
   'Internal: for entity vertices, the vertices of the same entity in other documents and '
-  'under keys merged into it.';
+  'under keys merged into it; for a repository vertex, those of its other files.';
 
 CREATE OR REPLACE FUNCTION kb._vertex_label(n kb.graph_node) RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -292,7 +293,7 @@ BEGIN
   v_name := regexp_replace(p_symbol, '^.*(\.|::)', '');
   RETURN QUERY
   SELECT n.* FROM kb.graph_node n
-   WHERE n.index_id = p_index_id AND n.graph = 'code' AND n.kind <> 'file'
+   WHERE n.index_id = p_index_id AND n.graph = 'code' AND n.kind NOT IN ('file', 'repository')
      AND n.name = v_name
      AND (p_kinds IS NULL OR n.kind = ANY (p_kinds))
      AND (p_symbol = v_name OR n.qualified_name = replace(p_symbol, '::', '.')
@@ -633,7 +634,7 @@ BEGIN
     INTO v_ids, v_from, v_via
     FROM (
       SELECT n.id,
-             CASE WHEN n.kind = 'file' THEN 1 ELSE 2 END
+             CASE WHEN n.kind IN ('file', 'repository') THEN 1 ELSE 2 END
              + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
              + CASE WHEN position(lower(n.qualified_name) in lower(p_query)) > 0
                          AND n.qualified_name <> n.name THEN 1 ELSE 0 END AS score

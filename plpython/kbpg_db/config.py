@@ -290,6 +290,12 @@ class KnowledgeGraphSettings(LlmSettings):
     merge_similarity: float = Field(
         0.6, gt=0.0, le=1.0, description="trigram similarity that makes two names candidates"
     )
+    merge_vector_similarity: float = Field(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="cosine similarity of two names' vectors (same type) that makes them candidates",
+    )
     communities: bool = Field(
         False,
         description="detect communities over the triplet graph and have the LLM summarise "

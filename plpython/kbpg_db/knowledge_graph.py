@@ -16,6 +16,7 @@ Every vertex names the chunk that holds it, so a graph answer cites text.
 from __future__ import annotations
 
 import bisect
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -87,7 +88,7 @@ class _Graph:
 
 KNOWN_ENTITIES = """
     SELECT n.qualified_name AS key, min(n.name) AS name, min(n.properties->>'type') AS type,
-           min(left(c.content, 600)) AS context,
+           min(left(c.content, 600)) AS context, (array_agg(n.embedding::text))[1] AS vector,
            (SELECT m.other_key FROM kb.graph_entity_merge m
              WHERE m.index_id = $1 AND m.key = n.qualified_name AND m.merged) AS canonical
       FROM kb.graph_node n LEFT JOIN kb.chunk c ON c.id = n.chunk_id
@@ -194,6 +195,17 @@ def build(
                     ),
                 },
             )
+        if metadata.get("repository"):
+            repo = str(metadata["repository"])
+            top = g.node(
+                "code",
+                "repository",
+                repo,
+                repo,
+                path=code.path,
+                chunk=rows[0]["ordinal"] if rows else None,
+            )
+            g.edge(top, "contains", local[0])
         for container, child in code.defines:
             g.edge(local[container], "defines", local[child])
         for ref in code.references:
@@ -220,13 +232,8 @@ def build(
             ctx.stage("extracting triplets", len(rows)),
         )  # fmt: skip
         mine = triplet_graph(g, doc, title, rows, found)
-        known: dict[str, dict[str, Any]] = {}
-        if ctx.query is not None and ctx.index_id is not None:
-            for r in ctx.query((KNOWN_ENTITIES, ["bigint", "text"]), [ctx.index_id, title]):
-                known[r["key"]] = dict(r)
-        llm.progress = ctx.stage("comparing entities")
-        merges = merge_decisions(mine, known, settings, llm)
-        # Entity names embedded with the KB's model: the query vector finds them too.
+        # Entity names embedded with the KB's model: similar meanings become merge
+        # candidates, and the query vector finds entities by it.
         entities = [v for v in g.nodes if v["kind"] == "entity"]
         if entities:
             ctx.report(f"embedding {len(entities)} entity names")
@@ -234,7 +241,14 @@ def build(
             got = embedding.embed(cfg, names, ctx.embedding_key, [tokens.count(x) for x in names])
             for vertex, vec in zip(entities, got.vectors, strict=True):
                 vertex["embedding"] = [round(float(x), 6) for x in vec]
+                mine[vertex["qualified_name"]]["vector"] = vertex["embedding"]
             spent = {"tokens": got.tokens, "cost_usd": got.cost_usd}
+        known: dict[str, dict[str, Any]] = {}
+        if ctx.query is not None and ctx.index_id is not None:
+            for r in ctx.query((KNOWN_ENTITIES, ["bigint", "text"]), [ctx.index_id, title]):
+                known[r["key"]] = {**r, "vector": json.loads(r["vector"]) if r["vector"] else None}
+        llm.progress = ctx.stage("comparing entities")
+        merges = merge_decisions(mine, known, settings, llm)
     return {"graph": {"nodes": g.nodes, "edges": g.edges, "merges": merges}, "embedded": spent}
 
 
@@ -429,10 +443,11 @@ def merge_decisions(
 ) -> list[dict[str, Any]]:
     """What to do with this document's entities whose key is new: every candidate duplicate
     among the entities known in the generation and the document's own (the same name with
-    another type, or a similar name of the same type) gets a decision. Rules merge plurals
-    (type synonyms and legal forms are folded into the key already) and keep the rest apart;
-    with entity_merge llm the model decides those. ``known`` maps key -> {name, type,
-    context, canonical}; a merge points at the candidate's canonical key."""
+    another type; a similar name, by trigrams, or a name close in meaning, by the names'
+    vectors, of the same type) gets a decision. Rules merge plurals (type synonyms and legal
+    forms are folded into the key already) and keep the rest apart; with entity_merge llm
+    the model decides those. ``known`` maps key -> {name, type, context, canonical, vector};
+    a merge points at the candidate's canonical key."""
     pool = dict(known)
     by_trigram: dict[str, set[str]] = {}
     for other in pool:
@@ -445,17 +460,21 @@ def merge_decisions(
             continue
         name, kind = key.split("|", 1)
         near = set().union(*(by_trigram.get(t, set()) for t in trigrams(name))) - {key}
+        close = _close_in_meaning(e.get("vector"), kind, pool, settings.merge_vector_similarity)
         canonical = None
-        for other in sorted(near):
+        for other in sorted(near | set(close) - {key}):
             o = pool[other]
             oname, okind = other.split("|", 1)
+            sim = similarity(name, oname)
             if oname == name:
                 sim, why = 1.0, f"same name, another type ({e['type']} / {o['type']})"
-            else:
-                sim = similarity(name, oname)
-                if okind != kind or sim < settings.merge_similarity:
-                    continue
+            elif okind == kind and sim >= settings.merge_similarity:
                 why = f"similar names ({sim:.2f})"
+            elif other in close:
+                why = f"similar meaning (cosine {close[other]:.2f})"
+            else:
+                continue
+            if why.startswith("similar names"):
                 if _plural_of(name, oname) and canonical is None:
                     canonical = o.get("canonical") or other
                     decisions.append(_decision(key, canonical, True, "rule", "plural", sim))
@@ -477,6 +496,23 @@ def merge_decisions(
             else:
                 decisions.append(_decision(a, b, False, "llm", reason, sim))
     return decisions
+
+
+def _close_in_meaning(
+    vector: list[float] | None, kind: str, pool: dict[str, dict[str, Any]], threshold: float
+) -> dict[str, float]:
+    """Entities of the same type whose name vectors are within ``threshold`` cosine."""
+    import numpy as np
+
+    others = [
+        (k, o["vector"]) for k, o in pool.items() if o.get("vector") and k.split("|", 1)[1] == kind
+    ]
+    if vector is None or not others:
+        return {}
+    matrix = np.asarray([v for _, v in others], dtype=np.float32)
+    q = np.asarray(vector, dtype=np.float32)
+    cos = matrix @ q / (np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0) + 1e-9)
+    return {k: float(c) for (k, _), c in zip(others, cos, strict=True) if c >= threshold}
 
 
 def _decision(

@@ -167,7 +167,7 @@ def test_code_graph_vertices_and_edges_are_exact(
         rows(
             conn,
             "SELECT path, kind, qualified_name, start_line, end_line, member_of FROM kb.graph_node"
-            " WHERE graph = 'code' AND kind <> 'file'",
+            " WHERE graph = 'code' AND kind NOT IN ('file', 'repository')",
         )
     )
     assert got == VERTICES
@@ -179,6 +179,15 @@ def test_code_graph_vertices_and_edges_are_exact(
     assert files[0] == ("geo/geo.go", "go", "geo", tmp_path.name)
     assert ("shapes/base.py", "python", "shapes/base", tmp_path.name) in files
     assert ("src/main/java/com/demo/Dog.java", "java", "com/demo", tmp_path.name) in files
+    # repository -contains-> file: one repository vertex per file, one by name.
+    contains = rows(
+        conn,
+        "SELECT source, target_path FROM kb.graph_edges WHERE kind = 'contains'"
+        " AND source_path = target_path AND graph = 'code' ORDER BY 2",
+    )
+    assert {s for s, _ in contains} == {tmp_path.name} and len(contains) == len(docs) - 1
+    repo = rows(conn, "SELECT vertex FROM kb.graph_neighbours('code', %s)", tmp_path.name)
+    assert sorted(v for (v,) in repo) == sorted(t for t, _ in docs if t != "README.md")
     refs = [(s, k, t, r, c) for s, k, t, r, c in rows(conn, REFERENCE_SQL, "code")]
     assert sorted(refs) == sorted(REFERENCES)  # each reference once
     # defines: each file defines its top-level definitions, a class its members.

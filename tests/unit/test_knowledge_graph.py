@@ -30,7 +30,7 @@ def test_similarity_is_pg_trgm_s() -> None:
     assert kg.similarity("abc", "xyz") == 0.0
 
 
-SETTINGS = SimpleNamespace(entity_merge="rules", merge_similarity=0.6)
+SETTINGS = SimpleNamespace(entity_merge="rules", merge_similarity=0.6, merge_vector_similarity=0.9)
 
 
 def entity(name: str, kind: str) -> dict[str, str]:
@@ -56,3 +56,19 @@ def test_a_merge_points_at_the_canonical_key() -> None:
     known = {"cache|product": {**entity("cache", "product"), "canonical": "store|product"}}
     got = kg.merge_decisions({"caches|product": entity("caches", "product")}, known, SETTINGS, None)
     assert got[0]["other_key"] == "store|product" and got[0]["merged"]
+
+
+def test_names_close_in_meaning_are_candidates() -> None:
+    known = {
+        "automobile|product": {**entity("automobile", "product"), "canonical": None,
+                               "vector": [1.0, 0.0, 0.1]},
+        "banana|product": {**entity("banana", "product"), "canonical": None, "vector": [0.0, 1.0, 0.0]},
+        "car|concept": {**entity("car", "concept"), "canonical": None, "vector": [1.0, 0.0, 0.1]},
+    }  # fmt: skip
+    mine = {"car|product": {**entity("car", "product"), "vector": [0.99, 0.05, 0.1]}}
+    got = kg.merge_decisions(mine, known, SETTINGS, None)
+    # automobile: same type, close vector; car|concept: same name, another type; not banana.
+    assert [(d["other_key"], d["merged"], d["reason"]) for d in got] == [
+        ("automobile|product", False, "similar meaning (cosine 1.00): kept apart"),
+        ("car|concept", False, "same name, another type (product / concept): kept apart"),
+    ]
