@@ -245,6 +245,14 @@ class _Api:
         )
 
     @staticmethod
+    def set_document_chunking(kb: str, title: str, chunking: dict[str, Any] | None) -> Call:
+        return Call(
+            "SELECT kb.set_document_chunking($1, $2, $3::jsonb) AS id",
+            [kb, title, Json(chunking) if chunking is not None else None],
+            _first("id", int),
+        )
+
+    @staticmethod
     def reindex_document(kb: str, title: str) -> Call:
         return Call("SELECT kb.reindex_document($1, $2) AS id", [kb, title], _first("id", int))
 

@@ -203,6 +203,70 @@ $$;
 COMMENT ON FUNCTION kb.reindex_document(text, text) IS
   'Queues a document for indexing again; its current chunks serve until the new ones are ready.';
 
+CREATE OR REPLACE FUNCTION kb._py_document_chunking(indexing_config jsonb, chunking jsonb)
+RETURNS jsonb
+LANGUAGE plpython3u STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.document_chunking(plpy, indexing_config, chunking)
+$$;
+
+CREATE OR REPLACE FUNCTION kb._document_chunking_check() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  -- However it is written (kb.set_document_chunking or UPDATE), checked over the KB's
+  -- serving config and stored completed; '{}' means none.
+  IF NEW.chunking IS NOT NULL AND NEW.chunking <> '{}' THEN
+    NEW.chunking := kb._py_document_chunking(
+      (SELECT ix.indexing_config FROM kb.knowledge_base k JOIN kb.kb_index ix
+          ON ix.id = k.active_index_id WHERE k.id = NEW.kb_id), NEW.chunking);
+  ELSE
+    NEW.chunking := NULL;
+  END IF;
+  RETURN NEW;
+/*@reraise_expected*/
+END
+$$;
+COMMENT ON FUNCTION kb._document_chunking_check() IS
+  'Internal: a document''s chunking settings are checked whenever they are written.';
+CREATE OR REPLACE TRIGGER document_chunking_check BEFORE INSERT OR UPDATE OF chunking
+  ON kb.document FOR EACH ROW EXECUTE FUNCTION kb._document_chunking_check();
+
+CREATE OR REPLACE FUNCTION kb.set_document_chunking(kb text, title text, chunking jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_kb kb.knowledge_base;
+  v_id bigint;
+BEGIN
+  v_kb := kb._get_kb_for_write(kb);
+  SELECT d.id INTO v_id FROM kb.document d
+   WHERE d.kb_id = v_kb.id AND d.title = set_document_chunking.title FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
+      USING ERRCODE = 'no_data_found';
+  END IF;
+  UPDATE kb.document d
+     SET chunking = set_document_chunking.chunking, status = 'pending', error = NULL,
+         attempts = 0, updated_at = now()
+   WHERE d.id = v_id;
+  PERFORM kb._enqueue_document(v_kb, v_id);
+  RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION kb.set_document_chunking(text, text, jsonb) IS
+  'Gives one document its own chunking settings over its KB''s indexing_config (seed 003''s '
+  'ChunkingOverride: chunker, chunk_size, chunk_overlap, chunk_unit, separators, '
+  'sentences_per_chunk, semantic_percentile, title_line, code_chunking; never the model), '
+  'checked over the KB''s config, kept across reindexes, and re-indexes the document; NULL '
+  'or ''{}'' clears them. Returns the document id.';
+
 CREATE OR REPLACE VIEW kb.document_status WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.id AS document_id, d.title, d.status, d.usage_mode, d.chunk_count,
          d.attempts, d.error, d.tokens_embedded, d.embedding_cost_usd, d.source_uri,
@@ -211,7 +275,7 @@ CREATE OR REPLACE VIEW kb.document_status WITH (security_invoker = true) AS
            WHERE j.document_id = d.id AND j.status IN ('queued', 'running')
            ORDER BY j.id DESC LIMIT 1) AS progress,
          d.llm_calls, d.llm_cache_hits, d.llm_prompt_tokens, d.llm_completion_tokens,
-         d.llm_cost_usd
+         d.llm_cost_usd, d.chunking
   FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id;
 COMMENT ON VIEW kb.document_status IS
   'Every document with its indexing status, per KB: progress of a running job ("summarising '

@@ -230,7 +230,9 @@ BEGIN
 
   -- Compute first (slow, no shared locks held), then write (short). An LLM strategy
   -- computes in steps: each step caches its answers and commits ('more').
-  v_res := kb._build_document(v_doc.title, v_doc.content, v_ix.indexing_config,
+  -- The document's own chunking settings, if any, over its generation's config.
+  v_res := kb._build_document(v_doc.title, v_doc.content,
+                              v_ix.indexing_config || coalesce(v_doc.chunking, '{}'),
                               v_doc.page_starts, v_doc.metadata,
                               -- The original file, only for a strategy that reads it.
                               CASE WHEN v_ix.indexing_config->>'strategy' = 'doc2json'

@@ -475,6 +475,50 @@ class IndexingConfig(_Strict):
         return KNOWN_MODELS[self.embedding_model].dimensions
 
 
+# What a document may set for itself (kb.set_document_chunking): how it is split, never
+# what embeds or indexes it (its vectors and terms must match its KB's).
+DOCUMENT_CHUNKING = (
+    "chunker",
+    "chunk_size",
+    "chunk_overlap",
+    "chunk_unit",
+    "separators",
+    "sentences_per_chunk",
+    "semantic_percentile",
+    "title_line",
+    "code_chunking",
+)
+
+
+def document_chunking(indexing_config: dict[str, Any], chunking: Any) -> dict[str, Any]:
+    """A document's chunking settings checked over its KB's indexing_config: only chunking
+    fields, and valid together with the rest of the config. Returns them as stored."""
+    if not isinstance(chunking, dict):
+        raise ValueError("chunking must be a JSON object of chunking settings")
+    for key in chunking:
+        if key not in IndexingConfig.model_fields:
+            raise ValueError(
+                f'chunking: unknown field "{key}" (expected {one_of(DOCUMENT_CHUNKING)})'
+            )
+        if key not in DOCUMENT_CHUNKING:
+            raise ValueError(
+                f"chunking: {key} is the knowledge base's for every document (a document's "
+                f"vectors and terms must match its KB's); a document may set {one_of(DOCUMENT_CHUNKING)}"
+            )
+    if indexing_config.get("strategy", "chunk_embed") != "chunk_embed":
+        raise ValueError(
+            "per-document chunking is for chunk_embed knowledge bases (this one is "
+            f"{indexing_config['strategy']})"
+        )
+    try:
+        merged = IndexingConfig.model_validate({**indexing_config, **chunking})
+    except ValidationError as exc:
+        raise ValueError(
+            "chunking: " + "; ".join(phrase_error(e, IndexingConfig) for e in exc.errors())
+        ) from None
+    return {k: getattr(merged, k) for k in chunking}
+
+
 class RetrievalConfig(_Strict):
     """Defaults for ``kb.search``; every field can be overridden per call."""
 

@@ -451,3 +451,12 @@ def refresh_communities(plpy: Any, index_id: int, indexing_config: Any) -> str:
             "usage": layer.usage.as_json(),
         }
     )
+
+
+def document_chunking(plpy: Any, indexing_config: Any, chunking: Any) -> str:
+    from kbpg_db import config
+
+    try:
+        return json.dumps(config.document_chunking(_json(indexing_config), _json(chunking)))
+    except ValueError as exc:
+        fail(plpy, str(exc), INVALID_PARAMETER, hint="the README lists the indexing_config fields")

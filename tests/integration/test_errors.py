@@ -314,6 +314,12 @@ CASES = [
         NO_KB,
         hint=LIST_HINT,
     ),
+    Case(
+        "set_document_chunking",
+        "SELECT kb.set_document_chunking('docs', 'nope.md', '{\"chunkr\": 1}')",
+        "P0002",
+        'document "nope.md" does not exist in knowledge base "docs"',
+    ),
     # The knowledge graph's questions.
     *[
         Case(

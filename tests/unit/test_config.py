@@ -141,3 +141,22 @@ def test_cjk_chunker_settings() -> None:
     ]:
         with pytest.raises(ConfigError, match=re.escape(message)):
             validate("indexing_config", bad)
+
+
+def test_document_chunking_keeps_to_chunk_settings() -> None:
+    from kbpg_db.config import IndexingConfig, document_chunking
+
+    kb = IndexingConfig(chunker="recursive", chunk_size=100, chunk_overlap=0).model_dump()
+    assert document_chunking(kb, {"chunker": "cjk", "separators": ["\\n"]}) == {
+        "chunker": "cjk",
+        "separators": ["\\n"],
+    }
+    for bad, words in [
+        ({"embedding_dimensions": 8}, "embedding_dimensions is the knowledge base's"),
+        ({"chunk_size": 5}, "chunking: chunk_size must be between 16 and 32000"),
+        ([], "chunking must be a JSON object"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            document_chunking(kb, bad)
+    with pytest.raises(ValueError, match="for chunk_embed knowledge bases"):
+        document_chunking({**kb, "strategy": "page_index"}, {"chunk_size": 50})
