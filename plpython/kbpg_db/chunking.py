@@ -631,7 +631,8 @@ def cjk_chunks(
 ) -> list[tuple[int, int]]:
     """(start, end) per chunk: zero-overlap pieces of at most ``size - overlap``, each
     after the first extended back by exactly ``overlap`` characters (or the fewest
-    characters that hold ``overlap`` tokens) of the text before it."""
+    characters that hold ``overlap`` tokens) of the text before it, but never back to the
+    start of the chunk before it (after a piece shorter than the overlap)."""
     measure: Callable[[str], int] = len if unit == "characters" else tokens.count
     base = separator_spans(text, max(1, size - overlap), separator_list(separators), measure)
     out: list[tuple[int, int]] = []
@@ -646,6 +647,9 @@ def cjk_chunks(
                 # Token counts do not add up exactly across a cut: stay within the size.
                 while start < a and tokens.count(text[start:b]) > size:
                     start += 1
+            # A piece before it shorter than the overlap: never reach back to where the
+            # chunk before starts (it would hold that chunk whole).
+            start = max(start, out[-1][0] + 1)
         out.append((start, b))
     return out
 

@@ -154,10 +154,13 @@ def test_cjk_chunks_cover_the_text_with_exact_overlaps(text: str, size: int, ove
     assert all(0 < b - a <= size - overlap for a, b in base)
     spans = cjk_chunks(text, size, overlap, "characters", None)
     assert [b for _, b in spans] == [b for _, b in base]
+    previous = -1
     for (a, _), (start, end) in zip(base, spans, strict=True):
-        # Each chunk is its piece with exactly `overlap` characters of the text before it.
-        assert start == max(0, a - overlap) if a else start == 0
+        # Each chunk is its piece with exactly `overlap` characters of the text before it,
+        # but never reaching back to where the chunk before starts (it would hold it whole).
+        assert start == max(0, a - overlap, previous + 1) if a else start == 0
         assert end - start <= size
+        previous = start
 
 
 def test_cjk_splits_at_the_punctuation_hierarchy() -> None:
