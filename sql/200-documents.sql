@@ -242,22 +242,12 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_kb kb.knowledge_base;
-  v_id bigint;
+  v_kb kb.knowledge_base := kb._get_kb_for_write(set_document_chunking.kb);
 BEGIN
-  v_kb := kb._get_kb_for_write(kb);
-  SELECT d.id INTO v_id FROM kb.document d
-   WHERE d.kb_id = v_kb.id AND d.title = set_document_chunking.title FOR UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
-      USING ERRCODE = 'no_data_found';
-  END IF;
-  UPDATE kb.document d
-     SET chunking = set_document_chunking.chunking, status = 'pending', error = NULL,
-         attempts = 0, updated_at = now()
-   WHERE d.id = v_id;
-  PERFORM kb._enqueue_document(v_kb, v_id);
-  RETURN v_id;
+  -- The trigger checks the settings; reindex_document names a missing document.
+  UPDATE kb.document d SET chunking = set_document_chunking.chunking
+   WHERE d.kb_id = v_kb.id AND d.title = set_document_chunking.title;
+  RETURN kb.reindex_document(set_document_chunking.kb, set_document_chunking.title);
 END
 $$;
 COMMENT ON FUNCTION kb.set_document_chunking(text, text, jsonb) IS
