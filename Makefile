@@ -28,7 +28,7 @@ demo: setup ## start the embedded cluster, index the sample corpus, search it
 	$(BIN)/kbpg demo
 
 test: setup ## run the whole test suite (starts its own PostgreSQL)
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -n auto tests
 
 test-unit: $(STAMP) ## pure-Python tests only (no database)
 	$(BIN)/pytest -q tests/unit

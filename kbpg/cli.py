@@ -230,7 +230,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         metadata[key] = value
     if args.category:
         metadata["category"] = args.category
-    files = discover([Path(p) for p in args.paths])
+    urls = [p for p in args.paths if p.lower().startswith(("http://", "https://"))]
+    files: list[tuple[Path | str, Path | None]] = [(u, None) for u in urls]
+    files += discover([Path(p) for p in args.paths if p not in urls])
     if not files:
         raise KbpgError("no supported files found in " + ", ".join(args.paths))
     counts = {"added": 0, "replaced": 0, "unchanged": 0, "failed": 0}
@@ -239,10 +241,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         client.knowledge_base(args.kb)  # fail early on an unknown KB
         for path, root in files:
             try:
-                doc = load_file(path, root=root, metadata=metadata, usage_mode=args.usage_mode)
-                result = client.put(args.kb, doc)
+                if isinstance(path, str):  # a URL: the server's job fetches and converts it
+                    result = client.add_url(
+                        args.kb, path, metadata=metadata, usage_mode=args.usage_mode
+                    )
+                else:
+                    doc = load_file(path, root=root, metadata=metadata, usage_mode=args.usage_mode)
+                    result = client.put(args.kb, doc)
                 counts[result.action] += 1
-                line = f"{result.action:9s} {doc.title}"
+                line = f"{result.action:9s} {result.title}"
             except KbpgError as exc:
                 counts["failed"] += 1
                 line = f"failed    {path}: {exc.message}"
@@ -409,7 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser(
         "ingest",
-        help="add files and folders (.md .txt .pdf and source code; folders walked as repositories)",
+        help="add files, folders and URLs (Markdown, text, PDF, DOCX, PPTX, XLSX/XLS, HTML, CSV, "
+        "JSON, EPUB, ipynb, RSS, source code; folders walked as repositories; http(s) URLs "
+        "fetched by the server and rendered with headless Chromium)",
     )
     i.add_argument("kb")
     i.add_argument("paths", nargs="+", metavar="PATH")

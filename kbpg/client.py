@@ -210,6 +210,13 @@ class _Api:
 
     @staticmethod
     def put(kb: str, doc: LoadedDocument) -> Call:
+        if doc.convert:  # Office, HTML, CSV, JSON...: the server's job converts the bytes
+            return Call(
+                "SELECT document_id, action FROM kb.add_file($1, $2, $3::bytea, $4, $5::jsonb, "
+                "$6)",
+                [kb, doc.file_name, doc.file, doc.title, Json(doc.metadata), doc.usage_mode],
+                lambda rows: PutResult(int(rows[0]["document_id"]), rows[0]["action"], doc.title),
+            )
         return Call(
             "SELECT document_id, action FROM kb.put_document($1, $2, $3, $4::jsonb, $5, $6, "
             "$7::integer[], $8::bytea, $9)",
@@ -237,6 +244,29 @@ class _Api:
     ) -> Call:
         doc = load_file(Path(path), metadata=metadata, usage_mode=usage_mode, title=title)
         return _Api.put(kb, doc)
+
+    @staticmethod
+    def add_url(
+        kb: str,
+        url: str,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        usage_mode: str = "rag",
+        render: bool = True,
+    ) -> Call:
+        return Call(
+            "SELECT document_id, action FROM kb.add_url($1, $2, $3, $4::jsonb, $5, $6)",
+            [kb, url, title, Json(metadata or {}), usage_mode, render],
+            lambda rows: PutResult(
+                int(rows[0]["document_id"]), rows[0]["action"], title or url
+            ),
+        )
+
+    @staticmethod
+    def media(kb: str, ref: str, document_id: int | None = None) -> Call:
+        return Call(
+            "SELECT * FROM kb.media($1, $2, $3::bigint)", [kb, ref, document_id], lambda rows: rows[0]
+        )
 
     @staticmethod
     def delete_document(kb: str, title: str) -> Call:

@@ -1,5 +1,7 @@
 """Loading files into documents: Markdown, text and source code as UTF-8, PDF page by
-page (pymupdf); folders walked like a repository (.gitignore, no vendored folders).
+page (pymupdf); Office, HTML, CSV, JSON, EPUB, notebooks and feeds are sent as they are
+and converted by the server's indexing job (kb.add_file); folders walked like a
+repository (.gitignore, no vendored folders).
 
 Every problem is a :class:`DocumentError` that names the file and what is wrong with
 it, so a batch can report it and go on with the next file.
@@ -8,13 +10,11 @@ it, so a batch can report it and go on with the next file.
 from __future__ import annotations
 
 import os
-import re
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbpg_db import code_graph
+from kbpg_db import code_graph, convert
 from kbpg_db.config import MAX_DOCUMENT_BYTES
 
 from kbpg.errors import DocumentError
@@ -23,7 +23,14 @@ TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 PDF_SUFFIXES = (".pdf",)
 # Source files: read as text, split at their definitions, and parsed into the code graph.
 CODE_SUFFIXES = tuple(sorted({*code_graph.TREE_SITTER, *code_graph.LINE_SCAN}))
-SUPPORTED = TEXT_SUFFIXES + PDF_SUFFIXES + CODE_SUFFIXES
+# Sent to kb.add_file as they are: the indexing job converts them (kbpg_db.convert).
+CONVERTED_SUFFIXES = tuple(
+    sorted(s for s in convert.FORMATS if s not in TEXT_SUFFIXES + PDF_SUFFIXES)
+)
+SUPPORTED = TEXT_SUFFIXES + PDF_SUFFIXES + CONVERTED_SUFFIXES + CODE_SUFFIXES
+# In a git repository, JSON and CSV files are the code's data and settings
+# (package.json, fixtures), not documents; a folder that is not a repository keeps them.
+REPO_DATA_SUFFIXES = (".json", ".csv", ".tsv")
 # Folders a repository walk never enters: dependencies and build output, not its own code.
 VENDORED = frozenset(
     {
@@ -44,7 +51,6 @@ VENDORED = frozenset(
     }
 )
 DEFAULT_MAX_BYTES = MAX_DOCUMENT_BYTES  # the server's default limit too
-PAGE_SEPARATOR = "\n\n"
 
 
 @dataclass
@@ -57,6 +63,7 @@ class LoadedDocument:
     usage_mode: str = "rag"
     file: bytes | None = None  # the original file, kept beside the text (PDFs)
     file_name: str | None = None
+    convert: bool = False  # content is empty: the server converts ``file`` (kb.add_file)
 
 
 def max_bytes() -> int:
@@ -85,89 +92,13 @@ def load_text(path: Path) -> str:
 
 def load_pdf(path: Path, data: bytes) -> tuple[str, list[int], dict[str, Any]]:
     """Text of every page of the PDF ``data`` (read from ``path``) joined by a blank line,
-    each page's start offset, and metadata."""
-    import pymupdf
-
+    each page's start offset, and metadata (kbpg_db.convert, as the server converts)."""
     try:
-        doc = pymupdf.open(stream=data, filetype="pdf")
-    except Exception as exc:
-        raise DocumentError(f"{path}: cannot be opened as a PDF ({exc})") from None
-    with doc:
-        if doc.needs_pass:
-            raise DocumentError(f"{path}: is an encrypted PDF; decrypt it first")
-        parts: list[str] = []
-        starts: list[int] = []
-        offset = 0
-        try:
-            for page in doc.pages():
-                text = page.get_text("text").replace("\x00", "").strip()
-                starts.append(offset)
-                parts.append(text)
-                offset += len(text) + len(PAGE_SEPARATOR)
-        except Exception as exc:
-            raise DocumentError(f"{path}: is damaged; reading its pages failed ({exc})") from None
-        content = PAGE_SEPARATOR.join(parts)
-        if not content.strip():
-            raise DocumentError(
-                f"{path}: no extractable text (a scanned PDF without a text layer?)",
-                hint="run OCR on it first, e.g. ocrmypdf",
-            )
-        meta: dict[str, Any] = {"pages": len(parts)}
-        info = doc.metadata or {}
-        if info.get("title"):
-            meta["pdf_title"] = info["title"]
-        toc = doc.get_toc()
-        if toc:
-            meta["toc"] = [{"level": lvl, "title": title, "page": page} for lvl, title, page in toc]
-        else:
-            headings = layout_headings(doc)
-            if headings:
-                meta["pdf_headings"] = headings
-    return content, starts, meta
-
-
-_NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)[.)]?\s+\S")
-MAX_LAYOUT_HEADINGS = 2000
-
-
-def layout_headings(doc: Any) -> list[dict[str, Any]]:
-    """Headings of a PDF without an outline, from its layout: lines set larger than the
-    body text (the most used size), or bold and numbered ("2.3 Scope"). The level is the
-    numbering depth, else the rank of the line's size among the heading sizes."""
-    sizes: Counter[float] = Counter()
-    lines: list[tuple[int, str, float, bool]] = []
-    for number, page in enumerate(doc.pages(), start=1):
-        for block in page.get_text("dict").get("blocks", []):
-            for line in block.get("lines", []):
-                spans = [s for s in line.get("spans", []) if s.get("text", "").strip()]
-                if not spans:
-                    continue
-                text = " ".join(s["text"].strip() for s in spans)
-                size = round(max(float(s["size"]) for s in spans), 1)
-                bold = all(
-                    int(s.get("flags", 0)) & 16 or "bold" in str(s.get("font", "")).lower()
-                    for s in spans
-                )
-                for s in spans:
-                    sizes[round(float(s["size"]), 1)] += len(s["text"])
-                lines.append((number, text, size, bold))
-    if not sizes:
-        return []
-    body = sizes.most_common(1)[0][0]
-    heads = [
-        (p, t, sz)
-        for p, t, sz, bold in lines
-        if len(t) <= 120
-        and not t.isdigit()
-        and (sz >= body * 1.15 or (bold and _NUMBERED.match(t)))
-    ]
-    ranks = sorted({sz for _, _, sz in heads}, reverse=True)
-    out = []
-    for p, t, sz in heads[:MAX_LAYOUT_HEADINGS]:
-        m = _NUMBERED.match(t)
-        level = m.group(1).count(".") + 1 if m else ranks.index(sz) + 1
-        out.append({"level": level, "title": t, "page": p})
-    return out
+        out = convert.convert_pdf(data, convert.Limits())
+    except convert.ConvertError as exc:
+        raise DocumentError(f"{path}: {exc}", hint=exc.hint) from None
+    assert out.page_starts is not None
+    return out.content, out.page_starts, out.meta
 
 
 def load_file(
@@ -200,20 +131,34 @@ def load_file(
     meta: dict[str, Any] = {}
     page_starts = None
     original = None
+    content = ""
     try:
         if suffix in PDF_SUFFIXES:
             original = path.read_bytes()  # kept too: Doc2JSON's image mode renders its pages
             content, page_starts, meta = load_pdf(path, original)
+        elif suffix in CONVERTED_SUFFIXES:
+            original = path.read_bytes()
         else:
             content = load_text(path)
     except OSError as exc:
         raise DocumentError(f"{path}: cannot be read ({exc.strerror})") from None
-    meta["file_type"] = suffix.lstrip(".")
     if title is None:
         try:
             title = path.relative_to(root).as_posix() if root else path.name
         except ValueError:
             title = path.name
+    if suffix in CONVERTED_SUFFIXES:
+        return LoadedDocument(
+            title=title,
+            content="",
+            metadata=dict(metadata or {}),
+            source_uri=path.resolve().as_uri(),
+            usage_mode=usage_mode,
+            file=original,
+            file_name=path.name,
+            convert=True,
+        )
+    meta["file_type"] = suffix.lstrip(".")
     if suffix in CODE_SUFFIXES:
         meta["path"] = title
         meta["language"] = code_graph.language_of(path.name)
@@ -279,6 +224,7 @@ def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
             found.append((p, p.parent))
             continue
         specs: list[tuple[Path, Any]] = []
+        in_repo = (p / ".git").exists()
         for folder, dirs, files in os.walk(p):
             here = Path(folder)
             specs = [(base, spec) for base, spec in specs if here == base or base in here.parents]
@@ -295,7 +241,10 @@ def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
             )
             for name in sorted(files):
                 f = here / name
-                if name.startswith(".") or f.suffix.lower() not in SUPPORTED:
+                suffix = f.suffix.lower()
+                if name.startswith(".") or suffix not in SUPPORTED:
+                    continue
+                if in_repo and suffix in REPO_DATA_SUFFIXES:
                     continue
                 if _ignored(specs, f, False) or not f.is_file():
                     continue

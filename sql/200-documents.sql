@@ -1,5 +1,27 @@
 -- Documents: add, replace, delete, reindex one; their status and what indexing cost.
 
+CREATE OR REPLACE FUNCTION kb._media_type_of(file_name text) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT CASE lower(substring(file_name FROM '\.([A-Za-z0-9]+)$'))
+    WHEN 'pdf' THEN 'application/pdf'
+    WHEN 'docx' THEN 'application/vnd.openxmlformats-officedocument.wordprocessingml.document'
+    WHEN 'pptx' THEN 'application/vnd.openxmlformats-officedocument.presentationml.presentation'
+    WHEN 'xlsx' THEN 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet'
+    WHEN 'xls' THEN 'application/vnd.ms-excel'
+    WHEN 'html' THEN 'text/html' WHEN 'htm' THEN 'text/html'
+    WHEN 'csv' THEN 'text/csv' WHEN 'tsv' THEN 'text/tab-separated-values'
+    WHEN 'json' THEN 'application/json'
+    WHEN 'epub' THEN 'application/epub+zip'
+    WHEN 'ipynb' THEN 'application/x-ipynb+json'
+    WHEN 'rss' THEN 'application/rss+xml' WHEN 'atom' THEN 'application/atom+xml'
+    WHEN 'md' THEN 'text/markdown' WHEN 'txt' THEN 'text/plain'
+  END
+$$;
+COMMENT ON FUNCTION kb._media_type_of(text) IS
+  'Internal: the media type a stored original is served with, by its file name.';
+
 CREATE OR REPLACE FUNCTION kb._keep_file(p_kb_id integer, p_document_id bigint, p_file bytea,
                                          p_sha256 text, p_file_name text, p_title text)
 RETURNS void
@@ -10,7 +32,8 @@ AS $$
                                      byte_size)
   SELECT p_document_id, p_kb_id, coalesce(p_file_name, p_title),
          CASE WHEN substr(p_file, 1, 5) = '\x255044462d'::bytea THEN 'application/pdf'
-              ELSE 'application/octet-stream' END,
+              ELSE coalesce(kb._media_type_of(coalesce(p_file_name, p_title)),
+                            'application/octet-stream') END,
          p_file, p_sha256, octet_length(p_file)
   WHERE p_file IS NOT NULL
   ON CONFLICT (document_id) DO UPDATE
@@ -20,6 +43,122 @@ $$;
 COMMENT ON FUNCTION kb._keep_file(integer, bigint, bytea, text, text, text) IS
   'Internal: stores (or replaces) a document''s original file, given its sha256 (hex); '
   'nothing when p_file is NULL.';
+
+CREATE OR REPLACE FUNCTION kb._check_document_args(p_title text, p_metadata jsonb,
+                                                  p_usage_mode text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_title IS NULL OR btrim(p_title) = '' THEN
+    RAISE EXCEPTION 'document title must not be empty' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF length(p_title) > 1000 THEN
+    RAISE EXCEPTION 'document title is % characters; the limit is 1000', length(p_title)
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF p_metadata IS NULL OR jsonb_typeof(p_metadata) <> 'object' THEN
+    RAISE EXCEPTION 'metadata of document "%" must be a JSON object', p_title
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF p_usage_mode IS NULL OR p_usage_mode NOT IN (/*@usage_modes*/'rag', 'system', 'policy'/*@*/) THEN
+    RAISE EXCEPTION 'usage_mode must be rag, system or policy, not %', coalesce(quote_literal(p_usage_mode), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION kb._check_document_args(text, jsonb, text) IS
+  'Internal: the checks every way of adding a document makes on its title, metadata and '
+  'usage_mode.';
+
+CREATE OR REPLACE FUNCTION kb._max_document_bytes() RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(nullif(current_setting('kb.max_document_bytes', true), '')::bigint,
+                  /*@max_document_bytes*/52428800/*@*/)
+$$;
+
+CREATE OR REPLACE FUNCTION kb._check_file(p_title text, p_file bytea) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_limit bigint := kb._max_document_bytes();
+BEGIN
+  IF p_file IS NOT NULL AND octet_length(p_file) > v_limit THEN
+    RAISE EXCEPTION 'the file of document "%" is % bytes; the limit is % bytes', p_title, octet_length(p_file), v_limit
+      USING ERRCODE = 'program_limit_exceeded', HINT = 'raise kb.max_document_bytes';
+  END IF;
+  IF p_file IS NOT NULL AND octet_length(p_file) = 0 THEN
+    RAISE EXCEPTION 'the file of document "%" is empty', p_title USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION kb._upsert_document(
+    p_kb kb.knowledge_base, p_title text, p_content text, p_hash text, p_metadata jsonb,
+    p_source_uri text, p_usage_mode text, p_page_starts integer[], p_file bytea,
+    p_file_name text, p_source_format text, p_source_meta jsonb, p_keep boolean,
+    p_media jsonb)
+RETURNS TABLE (document_id bigint, action text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_fhash text := encode(sha256(p_file), 'hex');
+  v_old   kb.document;
+  v_id    bigint;
+BEGIN
+  SELECT * INTO v_old FROM kb.document d WHERE d.kb_id = p_kb.id AND d.title = p_title
+    FOR UPDATE;
+  IF FOUND THEN
+    IF v_old.content_hash = p_hash AND v_old.status <> 'error'
+       AND v_old.metadata = p_metadata AND v_old.usage_mode = p_usage_mode
+       AND v_old.page_starts IS NOT DISTINCT FROM p_page_starts
+       AND v_old.source_format IS NOT DISTINCT FROM p_source_format
+       AND (p_file IS NULL OR EXISTS (SELECT 1 FROM kb.document_file f
+                                       WHERE f.document_id = v_old.id AND f.sha256 = v_fhash)) THEN
+      RETURN QUERY SELECT v_old.id, 'unchanged'::text;
+      RETURN;
+    END IF;
+    -- The old chunks keep serving until the new version is indexed.
+    UPDATE kb.document d
+       SET content = p_content, content_hash = p_hash, metadata = p_metadata,
+           source_uri = coalesce(p_source_uri, d.source_uri),
+           usage_mode = p_usage_mode, page_starts = p_page_starts,
+           source_format = p_source_format, source_meta = p_source_meta,
+           status = 'pending', error = NULL, attempts = 0, updated_at = now()
+     WHERE d.id = v_old.id;
+    v_id := v_old.id;
+    action := 'replaced';
+  ELSE
+    INSERT INTO kb.document AS d (kb_id, title, source_uri, content, content_hash, metadata,
+                                  usage_mode, page_starts, source_format, source_meta)
+    VALUES (p_kb.id, p_title, p_source_uri, p_content, p_hash, p_metadata, p_usage_mode,
+            p_page_starts, p_source_format, p_source_meta)
+    RETURNING d.id INTO v_id;
+    action := 'added';
+  END IF;
+  PERFORM kb._keep_file(p_kb.id, v_id, p_file, v_fhash, p_file_name, p_title);
+  IF p_file IS NOT NULL THEN
+    UPDATE kb.document_file f SET keep = coalesce(p_keep, true) WHERE f.document_id = v_id;
+  ELSIF p_source_format = 'url' THEN
+    DELETE FROM kb.document_file f WHERE f.document_id = v_id;  -- fetched anew
+  END IF;
+  IF p_source_format IS NULL THEN  -- text given directly: its media are known now
+    PERFORM kb._store_media(p_kb.id, v_id, p_media);
+  END IF;
+  PERFORM kb._enqueue_document(p_kb, v_id);
+  document_id := v_id;
+  RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION kb._upsert_document(kb.knowledge_base, text, text, text, jsonb, text, text,
+    integer[], bytea, text, text, jsonb, boolean, jsonb) IS
+  'Internal: adds a document or replaces the one with its title (unchanged when nothing '
+  'differs) and queues its indexing; put_document, add_file and add_url call it.';
 
 CREATE OR REPLACE FUNCTION kb.put_document(
     kb text,
@@ -37,20 +176,12 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_kb    kb.knowledge_base;
-  v_hash  text;
-  v_fhash text;
-  v_old   kb.document;
-  v_limit bigint := coalesce(nullif(current_setting('kb.max_document_bytes', true), '')::bigint,
-                             /*@max_document_bytes*/52428800/*@*/);
+  v_limit bigint := kb._max_document_bytes();
+  v_text  text := content;
+  v_media jsonb := '[]';
 BEGIN
   v_kb := kb._get_kb_for_write(kb);
-  IF title IS NULL OR btrim(title) = '' THEN
-    RAISE EXCEPTION 'document title must not be empty' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF length(title) > 1000 THEN
-    RAISE EXCEPTION 'document title is % characters; the limit is 1000', length(title)
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  PERFORM kb._check_document_args(title, metadata, usage_mode);
   IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
     RAISE EXCEPTION 'document "%" has no text', title USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -58,67 +189,28 @@ BEGIN
     RAISE EXCEPTION 'document "%" is % bytes; the limit is % bytes', title, octet_length(content), v_limit
       USING ERRCODE = 'program_limit_exceeded', HINT = 'split the document or raise kb.max_document_bytes';
   END IF;
-  IF metadata IS NULL OR jsonb_typeof(metadata) <> 'object' THEN
-    RAISE EXCEPTION 'metadata of document "%" must be a JSON object', title
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF usage_mode IS NULL OR usage_mode NOT IN (/*@usage_modes*/'rag', 'system', 'policy'/*@*/) THEN
-    RAISE EXCEPTION 'usage_mode must be rag, system or policy, not %', coalesce(quote_literal(usage_mode), 'NULL')
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
   IF page_starts IS NOT NULL AND (page_starts[1] IS DISTINCT FROM 0 OR EXISTS (
        SELECT 1 FROM unnest(page_starts) WITH ORDINALITY a(v, i)
         WHERE v IS NULL OR v > length(content) OR v < coalesce(page_starts[i - 1], 0))) THEN
     RAISE EXCEPTION 'page_starts of document "%" must start at 0 and ascend within the text', title
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF file IS NOT NULL AND octet_length(file) > v_limit THEN
-    RAISE EXCEPTION 'the file of document "%" is % bytes; the limit is % bytes', title, octet_length(file), v_limit
-      USING ERRCODE = 'program_limit_exceeded', HINT = 'raise kb.max_document_bytes';
+  PERFORM kb._check_file(title, file);
+  -- Inline base64 media (data: URIs) leave the text for kb.document_media; page_starts
+  -- point into the text as given, so a paged text keeps its media inline.
+  IF page_starts IS NULL AND strpos(content, ';base64,') > 0 THEN
+    SELECT m.content, m.media INTO v_text, v_media FROM kb._extract_media(content) m;
   END IF;
-  IF file IS NOT NULL AND octet_length(file) = 0 THEN
-    RAISE EXCEPTION 'the file of document "%" is empty', title USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  v_hash := md5(content);
-  v_fhash := encode(sha256(file), 'hex');
-  SELECT * INTO v_old FROM kb.document d WHERE d.kb_id = v_kb.id AND d.title = put_document.title
-    FOR UPDATE;
-  IF FOUND THEN
-    IF v_old.content_hash = v_hash AND v_old.status <> 'error'
-       AND v_old.metadata = put_document.metadata AND v_old.usage_mode = put_document.usage_mode
-       AND v_old.page_starts IS NOT DISTINCT FROM put_document.page_starts
-       AND (file IS NULL OR EXISTS (SELECT 1 FROM kb.document_file f
-                                     WHERE f.document_id = v_old.id AND f.sha256 = v_fhash)) THEN
-      RETURN QUERY SELECT v_old.id, 'unchanged'::text;
-      RETURN;
-    END IF;
-    -- The old chunks keep serving until the new version is indexed.
-    UPDATE kb.document d
-       SET content = put_document.content, content_hash = v_hash, metadata = put_document.metadata,
-           source_uri = coalesce(put_document.source_uri, d.source_uri),
-           usage_mode = put_document.usage_mode, page_starts = put_document.page_starts,
-           status = 'pending', error = NULL, attempts = 0, updated_at = now()
-     WHERE d.id = v_old.id;
-    PERFORM kb._keep_file(v_kb.id, v_old.id, file, v_fhash, file_name, title);
-    PERFORM kb._enqueue_document(v_kb, v_old.id);
-    RETURN QUERY SELECT v_old.id, 'replaced'::text;
-    RETURN;
-  END IF;
-  INSERT INTO kb.document AS d (kb_id, title, source_uri, content, content_hash, metadata,
-                                usage_mode, page_starts)
-  VALUES (v_kb.id, title, source_uri, content, v_hash, metadata, usage_mode, page_starts)
-  RETURNING d.id INTO document_id;
-  PERFORM kb._keep_file(v_kb.id, document_id, file, v_fhash, file_name, title);
-  PERFORM kb._enqueue_document(v_kb, document_id);
-  action := 'added';
-  RETURN NEXT;
+  RETURN QUERY SELECT * FROM kb._upsert_document(v_kb, title, v_text, md5(content), metadata,
+    source_uri, usage_mode, page_starts, file, file_name, NULL, NULL, NULL, v_media);
 END
 $$;
 COMMENT ON FUNCTION kb.put_document(text, text, text, jsonb, text, text, integer[], bytea, text) IS
   'Adds a document, or replaces the one with the same title, and queues its indexing in the '
   'same transaction. action is added, replaced or unchanged (same text: nothing to do). file '
   'keeps the original file (a PDF) beside the text, for strategies that read it; NULL keeps '
-  'the file stored before.';
+  'the file stored before. Base64 data: URIs in the text are stored in kb.document_media '
+  'and replaced by kbpg-media: references.';
 
 CREATE OR REPLACE FUNCTION kb.add_document(
     kb text,
@@ -265,7 +357,8 @@ CREATE OR REPLACE VIEW kb.document_status WITH (security_invoker = true) AS
            WHERE j.document_id = d.id AND j.status IN ('queued', 'running')
            ORDER BY j.id DESC LIMIT 1) AS progress,
          d.llm_calls, d.llm_cache_hits, d.llm_prompt_tokens, d.llm_completion_tokens,
-         d.llm_cost_usd, d.chunking
+         d.llm_cost_usd, d.chunking, d.source_format,
+         (SELECT count(*) FROM kb.document_media m WHERE m.document_id = d.id) AS media
   FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id;
 COMMENT ON VIEW kb.document_status IS
   'Every document with its indexing status, per KB: progress of a running job ("summarising '

@@ -214,6 +214,7 @@ DECLARE
   v_active bigint;
   v_use  jsonb;
   v_ids  jsonb;
+  v_err  text;
 BEGIN
   -- The row lock is held until this transaction ends: while this backend works, no
   -- other worker can claim the job, even if its lease runs out.
@@ -228,12 +229,29 @@ BEGIN
     RETURN 'cancelled';
   END IF;
 
+  -- A file or web page (kb.add_file, kb.add_url) is converted to text first, from its
+  -- stored original at every job's first step, so a reindex uses today's converter with
+  -- no re-upload. What cannot be converted fails the document at once: trying again
+  -- converts the same bytes the same way.
+  IF v_doc.source_format IS NOT NULL AND (v_job.steps = 0 OR v_doc.content IS NULL) THEN
+    v_err := kb._convert_document(v_doc.id);
+    IF v_err IS NOT NULL THEN
+      RETURN kb._job_verdict(kb._fail_job(v_job.id, left(v_err, 4000), true));
+    END IF;
+    SELECT * INTO v_doc FROM kb.document WHERE id = v_job.document_id;
+    IF v_doc.content IS NULL THEN  -- a newer version arrived while this one converted
+      PERFORM kb._cancel_job(v_job.id, 'superseded by a newer version');
+      RETURN 'superseded';
+    END IF;
+  END IF;
+
   -- Compute first (slow, no shared locks held), then write (short). An LLM strategy
   -- computes in steps: each step caches its answers and commits ('more').
   -- The document's own chunking settings, if any, over its generation's config.
   v_res := kb._build_document(v_doc.title, v_doc.content,
                               v_ix.indexing_config || coalesce(v_doc.chunking, '{}'),
-                              v_doc.page_starts, v_doc.metadata,
+                              -- What conversion found (pages, outline) under the metadata.
+                              v_doc.page_starts, coalesce(v_doc.source_meta, '{}') || v_doc.metadata,
                               -- The original file, only for a strategy that reads it.
                               CASE WHEN v_ix.indexing_config->>'strategy' = 'doc2json'
                                         AND v_ix.indexing_config->'extra'->>'mode' = 'image'

@@ -73,7 +73,10 @@ SRC
 fi
 say "pgvector $(sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" "$EXT_DIR/vector.control")"
 
-# 3. What PL/Python imports, for the server's Python, where the postgres user can read it.
+# 3. Headless Chromium, which renders web pages for kb.add_url (their script-written text).
+need_pkgs chromium
+
+# 4. What PL/Python imports, for the server's Python, where the postgres user can read it.
 PYVER=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 TARGET=/usr/local/lib/kbpg/python$PYVER
 REQ=$REPO/plpython/requirements.txt

@@ -460,3 +460,143 @@ def document_chunking(plpy: Any, indexing_config: Any, chunking: Any) -> str:
         return json.dumps(config.document_chunking(_json(indexing_config), _json(chunking)))
     except ValueError as exc:
         fail(plpy, str(exc), INVALID_PARAMETER, hint="the README lists the indexing_config fields")
+
+
+# ---------------------------------------------------------------- files, URLs and media
+
+# Conversion limits: setting name -> Limits field (kb.max_document_bytes is the text's).
+CONVERT_SETTINGS = {
+    "kb.max_document_bytes": "max_text_bytes",
+    "kb.max_unzipped_bytes": "max_unzipped_bytes",
+    "kb.max_table_rows": "max_rows",
+    "kb.max_nesting_depth": "max_depth",
+    "kb.convert_memory_mb": "memory_mb",
+    "kb.convert_timeout_s": "timeout_s",
+    "kb.fetch_timeout_s": "fetch_timeout_s",
+}
+
+
+def convert_limits(plpy: Any) -> Any:
+    """The conversion limits, from the kb.* settings where they are set."""
+    from kbpg_db.convert import Limits
+
+    names = list(CONVERT_SETTINGS)
+    row = plpy.execute(
+        "SELECT " + ", ".join(f"current_setting('{n}', true) AS c{i}" for i, n in enumerate(names))
+    )[0]
+    limits = Limits()
+    for i, name in enumerate(names):
+        raw = row[f"c{i}"]
+        if not raw:
+            continue
+        field_name = CONVERT_SETTINGS[name]
+        kind = type(getattr(limits, field_name))
+        try:
+            value = kind(float(raw)) if kind is int else kind(raw)
+        except ValueError:
+            fail(plpy, f"setting {name} must be a number (got {raw!r})", INVALID_PARAMETER)
+        if value <= 0:
+            fail(plpy, f"setting {name} must be more than 0 (got {raw})", INVALID_PARAMETER)
+        setattr(limits, field_name, value)
+    return limits
+
+
+def media_json(found: list[Any]) -> list[dict[str, Any]]:
+    import base64
+
+    return [
+        {"ref": m.ref, "media_type": m.media_type, "sha256": m.sha256,
+         "data": base64.b64encode(m.data).decode("ascii")}
+        for m in found
+    ]
+
+
+def extract_media(content: str) -> dict[str, Any]:
+    """The text with its data: URIs replaced by kbpg-media: references, and the media."""
+    from kbpg_db import media
+
+    text, found = media.extract(content)
+    return {"content": text, "media": json.dumps(media_json(found))}
+
+
+def file_format(file_name: str, head: bytes | None) -> str | None:
+    from kbpg_db.convert import format_of
+
+    return format_of(file_name, head)
+
+
+def convert_document(plpy: Any, document_id: int) -> str | None:
+    """Make a file or URL document's text: convert its stored original (or fetch the URL
+    first) in a limited child process, take out its media, and store the text. Returns
+    the error that stops the document, or None. A document whose original was not kept
+    keeps the text converted before."""
+    import sys
+
+    from kbpg_db import convert, media
+
+    doc = plpy.execute(
+        plpy.prepare(
+            "SELECT d.kb_id, d.title, d.source_uri, d.source_format, d.content IS NOT NULL AS "
+            "has_text, d.content_hash, d.source_meta, f.file_name, f.data, f.keep "
+            "FROM kb.document d LEFT JOIN kb.document_file f ON f.document_id = d.id "
+            "WHERE d.id = $1",
+            ["bigint"],
+        ),
+        [document_id],
+    )
+    if not doc:
+        return None
+    d = doc[0]
+    limits = convert_limits(plpy)
+    if d["data"] is not None:
+        request: dict[str, Any] = {"file_name": d["file_name"]}
+        data = bytes(d["data"])
+        what = f'file "{d["file_name"]}"'
+    elif d["source_format"] == "url":
+        meta = _json(d["source_meta"]) or {}
+        request = {"url": d["source_uri"], "render": bool(meta.get("render", True))}
+        data = None
+        what = f"page {d['source_uri']}"
+    elif d["has_text"]:
+        return None  # the original was dropped after its first conversion
+    else:
+        return f'document "{d["title"]}": its original file is not stored; add it again'
+    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    row = plpy.execute("SELECT current_setting('kb.python_executable', true) AS v")
+    python = (row[0]["v"] if row else None) or python
+    try:
+        out = convert.run_isolated(request, data, limits, python)
+    except convert.ConvertError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        return f'document "{d["title"]}": {what} {exc}{hint}'
+    text, found = media.extract(out.content)
+    meta = dict(out.meta)
+    if found:
+        meta["media"] = len(found)
+    # Only the version converted: a newer upload meanwhile has another content_hash.
+    plpy.execute(
+        plpy.prepare(
+            "UPDATE kb.document SET content = $2, page_starts = $3, source_meta = $4::jsonb "
+            "WHERE id = $1 AND content_hash = $5",
+            ["bigint", "text", "integer[]", "text", "text"],
+        ),
+        [document_id, text, out.page_starts, json.dumps(meta), d["content_hash"]],
+    )
+    plpy.execute(
+        plpy.prepare("SELECT kb._store_media($1, $2, $3::jsonb)", ["integer", "bigint", "text"]),
+        [d["kb_id"], document_id, json.dumps(media_json(found))],
+    )
+    if out.file is not None:  # a fetched page or file: kept, so a reindex needs no fetch
+        plpy.execute(
+            plpy.prepare(
+                "SELECT kb._keep_file($1, $2, $3, encode(sha256($3), 'hex'), $4, $4)",
+                ["integer", "bigint", "bytea", "text"],
+            ),
+            [d["kb_id"], document_id, out.file, out.file_name],
+        )
+    elif d["data"] is not None and not d["keep"]:
+        plpy.execute(
+            plpy.prepare("DELETE FROM kb.document_file WHERE document_id = $1", ["bigint"]),
+            [document_id],
+        )
+    return None

@@ -16,7 +16,7 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from kbpg_db import config
+from kbpg_db import config, convert
 
 # kb.search's parameter names where they differ from the config field (kept for callers).
 SQL_NAMES = {"bm25_k1": "k1", "bm25_b": "b"}
@@ -93,6 +93,7 @@ def macros() -> dict[str, str]:
         "retrieval_object": ", ".join(f"'{f}', {p}" for p, f, _ in params),
         "max_document_bytes": str(config.MAX_DOCUMENT_BYTES),
         "usage_modes": _quoted(config.USAGE_MODES),
+        "file_suffixes": convert.supported(),
         "reraise_expected": RERAISE_EXPECTED,
     }
 

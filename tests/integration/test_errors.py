@@ -202,6 +202,35 @@ CASES = [
         "usage_mode must be rag, system or policy, not 'nope'",
     ),
     Case(
+        "add_file",
+        "SELECT * FROM kb.add_file('docs', 'photo.png', '\\x89504e47'::bytea)",
+        "22023",
+        'file "photo.png" has an unsupported type',
+        hint="kbpg converts .atom, .csv, .docx, .epub, .htm, .html, .ipynb, .json, .markdown, "
+        ".md, .pdf, .pptx, .rss, .tsv, .txt, .xhtml, .xls, .xlsm, .xlsx files",
+    ),
+    Case(
+        "add_file",
+        "SELECT * FROM kb.add_file('docs', 'a.csv', ''::bytea)",
+        "22023",
+        'the file of document "a.csv" is empty',
+    ),
+    Case(
+        "add_url",
+        "SELECT * FROM kb.add_url('docs', 'ftp://example.com/x')",
+        "22023",
+        "url must be an http or https URL (got 'ftp://example.com/x')",
+    ),
+    Case("add_url", "SELECT * FROM kb.add_url('nope', 'https://example.com')", "P0002", NO_KB,
+         hint=LIST_HINT),
+    Case(
+        "media",
+        "SELECT * FROM kb.media('docs', 'kbpg-media:abc.png')",
+        "P0002",
+        'media "kbpg-media:abc.png" does not exist in knowledge base "docs"',
+        hint="a reference reads kbpg-media:<16 hex digits>.<extension>",
+    ),
+    Case(
         "delete_document",
         "SELECT kb.delete_document('docs', 99999::bigint)",
         "P0002",

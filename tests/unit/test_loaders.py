@@ -49,7 +49,7 @@ def test_text_and_pdf(tmp_path: Path) -> None:
             b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog",
             "cannot be opened|damaged|no extractable",
         ),
-        ("file.docx", b"PK\x03\x04", "unsupported file type .docx"),
+        ("picture.png", b"\x89PNG\r\n", "unsupported file type .png"),
     ],
 )
 def test_bad_files(tmp_path: Path, name: str, data: bytes, message: str) -> None:
@@ -57,6 +57,14 @@ def test_bad_files(tmp_path: Path, name: str, data: bytes, message: str) -> None
     path.write_bytes(data)
     with pytest.raises(DocumentError, match=message):
         load_file(path)
+
+
+def test_office_files_go_to_the_server_as_they_are(tmp_path: Path) -> None:
+    path = tmp_path / "deck.pptx"
+    path.write_bytes(b"PK\x03\x04 whatever")  # converted (and judged) by the indexing job
+    doc = load_file(path, metadata={"team": "sales"})
+    assert doc.convert and doc.content == "" and doc.file == path.read_bytes()
+    assert (doc.title, doc.file_name, doc.metadata) == ("deck.pptx", "deck.pptx", {"team": "sales"})
 
 
 def test_pdf_without_text_and_encrypted(tmp_path: Path) -> None:

@@ -1,0 +1,826 @@
+"""Files to indexable text: PDF, Office, HTML, CSV, JSON, EPUB, notebooks, feeds.
+
+Every format becomes Markdown whose structure the chunkers read: DOCX headings become
+``#`` headings (so ``heading_path`` works), PPTX slides become sections whose slide number
+is the page, XLSX/XLS sheets become sections holding Markdown tables, CSV a Markdown table,
+JSON ``dotted.path[0].key: value`` lines. PDFs keep their pages, outline and layout
+headings (pymupdf). DOCX, PPTX, HTML, EPUB, notebooks and RSS go through MarkItDown's
+converters; spreadsheets are read row by row (openpyxl read-only, xlrd) so a row limit
+bounds memory, which MarkItDown's pandas path would not.
+
+Untrusted bytes are converted in a separate process (:func:`run_isolated`) with an
+address-space and CPU limit, so a zip bomb, a parser crash or a runaway file costs that
+process, never the PostgreSQL backend that asked. Bad input raises :class:`ConvertError`
+with a message that names what is wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import sys
+import zipfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kbpg_db.config import MAX_DOCUMENT_BYTES
+
+
+class ConvertError(Exception):
+    """A file that cannot be converted: the message names the file and the problem."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass
+class Limits:
+    max_text_bytes: int = MAX_DOCUMENT_BYTES  # the converted text (kb.max_document_bytes)
+    max_unzipped_bytes: int = 512 * 1024 * 1024  # all members of an Office/EPUB zip together
+    max_zip_ratio: int = 200  # a member expanding more than this is a zip bomb
+    max_zip_members: int = 20_000
+    max_rows: int = 200_000  # CSV and spreadsheet rows, all sheets together
+    max_depth: int = 512  # JSON and HTML nesting
+    memory_mb: int = 2048  # the converting process's address space
+    timeout_s: float = 300.0
+    fetch_timeout_s: float = 30.0  # URLs: the fetch, and the render
+    max_redirects: int = 10
+
+
+@dataclass
+class Converted:
+    content: str
+    format: str
+    page_starts: list[int] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    # URL ingestion: what was fetched (kept as the document's original file)
+    file: bytes | None = None
+    file_name: str | None = None
+
+
+FORMATS: dict[str, str] = {
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".pptx": "pptx",
+    ".xlsx": "xlsx",
+    ".xlsm": "xlsx",
+    ".xls": "xls",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".epub": "epub",
+    ".ipynb": "ipynb",
+    ".rss": "rss",
+    ".atom": "rss",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+}
+MEDIA_TYPES = {
+    "pdf": "application/pdf",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "xls": "application/vnd.ms-excel",
+    "html": "text/html",
+    "csv": "text/csv",
+    "json": "application/json",
+    "epub": "application/epub+zip",
+    "ipynb": "application/x-ipynb+json",
+    "rss": "application/rss+xml",
+    "markdown": "text/markdown",
+    "text": "text/plain",
+}
+ZIP_FORMATS = ("docx", "pptx", "xlsx", "epub")
+PAGE_SEPARATOR = "\n\n"
+
+
+def format_of(file_name: str, data: bytes | None = None) -> str | None:
+    """The format of a file: by its extension, else by its first bytes."""
+    name = file_name.lower()
+    for suffix, fmt in FORMATS.items():
+        if name.endswith(suffix):
+            return fmt
+    if data is not None:
+        head = data[:512].lstrip()
+        if head.startswith(b"%PDF-"):
+            return "pdf"
+        if head[:1] in (b"{", b"["):
+            return "json"
+        if re.match(rb"(?i)<(!doctype html|html|head|body)\b", head):
+            return "html"
+        if re.match(rb"(?i)<\?xml[^>]*>\s*<(rss|feed)\b", head):
+            return "rss"
+    return None
+
+
+def supported() -> str:
+    return ", ".join(sorted(set(FORMATS)))
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def decode_text(data: bytes, what: str) -> str:
+    """UTF-8 (with or without BOM), UTF-16 with a BOM, else the best guess of
+    charset-normalizer; NUL bytes mean a binary file."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = data.decode("utf-16")
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            text = _guess_decode(data, what)
+    if "\x00" in text:
+        raise ConvertError(f"{what} contains NUL bytes; this looks like a binary file")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _guess_decode(data: bytes, what: str) -> str:
+    from charset_normalizer import from_bytes  # MarkItDown's dependency
+
+    best = from_bytes(data[: 1024 * 1024]).best()
+    if best is not None and best.encoding:
+        return data.decode(best.encoding, errors="replace")
+    raise ConvertError(
+        f"{what} is not valid UTF-8 and its encoding could not be recognised",
+        hint="convert it to UTF-8, e.g. iconv -f latin1 -t utf-8",
+    )
+
+
+def check_zip(data: bytes, fmt: str, limits: Limits) -> None:
+    """Refuse a damaged archive or a zip bomb before any parser expands it."""
+    label = fmt.upper()
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as exc:
+        raise ConvertError(
+            f"is not a valid {label} file: the archive is damaged or not an archive ({exc})"
+        ) from None
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > limits.max_zip_members:
+            raise ConvertError(
+                f"is a {label} archive of {len(infos)} members; the limit is "
+                f"{limits.max_zip_members}"
+            )
+        total = 0
+        for info in infos:
+            total += info.file_size
+            if info.file_size > 10 * 1024 * 1024 and info.file_size > limits.max_zip_ratio * max(
+                info.compress_size, 1
+            ):
+                raise ConvertError(
+                    f"looks like a zip bomb: member {info.filename!r} expands "
+                    f"{info.file_size // max(info.compress_size, 1)}-fold to {info.file_size} "
+                    f"bytes (more than {limits.max_zip_ratio}-fold is refused)"
+                )
+        if total > limits.max_unzipped_bytes:
+            raise ConvertError(
+                f"expands to {total} bytes when unzipped; the limit is "
+                f"{limits.max_unzipped_bytes} bytes (a zip bomb, or a file too large)",
+                hint="raise kb.max_unzipped_bytes if the file is genuine",
+            )
+        if fmt in ("docx", "pptx", "xlsx"):
+            names = {i.filename for i in infos}
+            part = {"docx": "word/document.xml", "pptx": "ppt/presentation.xml",
+                    "xlsx": "xl/workbook.xml"}[fmt]
+            if part not in names:
+                raise ConvertError(f"is not a valid {label} file: it has no {part}")
+        bad = zf.testzip() if total <= 64 * 1024 * 1024 else None
+        if bad is not None:
+            raise ConvertError(f"is not a valid {label} file: member {bad!r} is damaged")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).replace("\r\n", "\n").strip()
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def markdown_table(rows: list[list[Any]]) -> str:
+    """Rows as a Markdown table, the first row the header; ragged rows padded."""
+    width = max((len(r) for r in rows), default=0)
+    if width == 0:
+        return ""
+    cells = [[_cell(v) for v in r] + [""] * (width - len(r)) for r in rows]
+    head = cells[0]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(r) + " |" for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def _trim_rows(rows: list[list[Any]]) -> list[list[Any]]:
+    """Drop empty trailing cells and empty rows (a sheet's used range often runs on)."""
+    out = []
+    for r in rows:
+        r = list(r)
+        while r and (r[-1] is None or str(r[-1]).strip() == ""):
+            r.pop()
+        if r:
+            out.append(r)
+    return out
+
+
+class _RowBudget:
+    def __init__(self, limits: Limits, what: str) -> None:
+        self.left = limits.max_rows
+        self.limit = limits.max_rows
+        self.what = what
+
+    def take(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ConvertError(
+                f"has more than {self.limit} {self.what}; the limit is {self.limit}",
+                hint="split the file, or raise kb.max_table_rows",
+            )
+
+
+# ---------------------------------------------------------------------------- formats
+
+
+def convert_pdf(data: bytes, limits: Limits) -> Converted:
+    """Every page's text joined by a blank line, each page's start offset, and the
+    outline, or layout headings where there is none."""
+    import pymupdf
+
+    try:
+        doc = pymupdf.open(stream=data, filetype="pdf")
+    except Exception as exc:
+        raise ConvertError(f"cannot be opened as a PDF ({exc})") from None
+    with doc:
+        if doc.needs_pass:
+            raise ConvertError("is an encrypted PDF; decrypt it first")
+        parts: list[str] = []
+        starts: list[int] = []
+        offset = 0
+        try:
+            for page in doc.pages():
+                text = page.get_text("text").replace("\x00", "").strip()
+                starts.append(offset)
+                parts.append(text)
+                offset += len(text) + len(PAGE_SEPARATOR)
+        except Exception as exc:
+            raise ConvertError(f"is damaged; reading its pages failed ({exc})") from None
+        content = PAGE_SEPARATOR.join(parts)
+        if not content.strip():
+            raise ConvertError(
+                f"has no extractable text in its {len(parts)} page(s) (a scanned PDF "
+                "without a text layer?)",
+                hint="run OCR on it first, e.g. ocrmypdf",
+            )
+        meta: dict[str, Any] = {"pages": len(parts)}
+        info = doc.metadata or {}
+        if info.get("title"):
+            meta["pdf_title"] = info["title"]
+        toc = doc.get_toc()
+        if toc:
+            meta["toc"] = [{"level": lvl, "title": title, "page": page} for lvl, title, page in toc]
+        else:
+            headings = layout_headings(doc)
+            if headings:
+                meta["pdf_headings"] = headings
+    return Converted(content, "pdf", starts, meta)
+
+
+_NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)[.)]?\s+\S")
+MAX_LAYOUT_HEADINGS = 2000
+
+
+def layout_headings(doc: Any) -> list[dict[str, Any]]:
+    """Headings of a PDF without an outline, from its layout: lines set larger than the
+    body text (the most used size), or bold and numbered ("2.3 Scope"). The level is the
+    numbering depth, else the rank of the line's size among the heading sizes."""
+    sizes: Counter[float] = Counter()
+    lines: list[tuple[int, str, float, bool]] = []
+    for number, page in enumerate(doc.pages(), start=1):
+        for block in page.get_text("dict").get("blocks", []):
+            for line in block.get("lines", []):
+                spans = [s for s in line.get("spans", []) if s.get("text", "").strip()]
+                if not spans:
+                    continue
+                text = " ".join(s["text"].strip() for s in spans)
+                size = round(max(float(s["size"]) for s in spans), 1)
+                bold = all(
+                    int(s.get("flags", 0)) & 16 or "bold" in str(s.get("font", "")).lower()
+                    for s in spans
+                )
+                for s in spans:
+                    sizes[round(float(s["size"]), 1)] += len(s["text"])
+                lines.append((number, text, size, bold))
+    if not sizes:
+        return []
+    body = sizes.most_common(1)[0][0]
+    heads = [
+        (p, t, sz)
+        for p, t, sz, bold in lines
+        if len(t) <= 120
+        and not t.isdigit()
+        and (sz >= body * 1.15 or (bold and _NUMBERED.match(t)))
+    ]
+    ranks = sorted({sz for _, _, sz in heads}, reverse=True)
+    out = []
+    for p, t, sz in heads[:MAX_LAYOUT_HEADINGS]:
+        m = _NUMBERED.match(t)
+        level = m.group(1).count(".") + 1 if m else ranks.index(sz) + 1
+        out.append({"level": level, "title": t, "page": p})
+    return out
+
+
+_EMPTY_HEADER = re.compile(r"^\|(?:\s*\|)+\n\|(?:\s*-+\s*\|)+\n(\|.*\|)\n", re.M)
+
+
+def _promote_headers(markdown: str) -> str:
+    """A table converted from a DOCX has an empty header row (Word tables have no header
+    cells); its first row becomes the header."""
+
+    def fix(m: re.Match[str]) -> str:
+        first = m.group(1)
+        width = first.count("|") - 1
+        return first + "\n|" + "---|" * width + "\n"
+
+    return _EMPTY_HEADER.sub(fix, markdown)
+
+
+def convert_docx(data: bytes, limits: Limits) -> Converted:
+    from markitdown import StreamInfo
+    from markitdown.converters import DocxConverter
+
+    check_zip(data, "docx", limits)
+    try:
+        res = DocxConverter().convert(
+            io.BytesIO(data), StreamInfo(extension=".docx"), keep_data_uris=True
+        )
+    except Exception as exc:
+        raise ConvertError(f"is not a valid DOCX file ({type(exc).__name__}: {exc})") from None
+    return Converted(_promote_headers(res.markdown or ""), "docx", None, _titled({}, res.title))
+
+
+_SLIDE = re.compile(r"^<!-- Slide number: (\d+) -->\n", re.M)
+
+
+def convert_pptx(data: bytes, limits: Limits) -> Converted:
+    """Slides as sections, each slide's number its page; a slide without a title gets
+    "Slide N" as its heading, so every slide is a section."""
+    from markitdown import StreamInfo
+    from markitdown.converters import PptxConverter
+
+    check_zip(data, "pptx", limits)
+    try:
+        res = PptxConverter().convert(
+            io.BytesIO(data), StreamInfo(extension=".pptx"), keep_data_uris=True
+        )
+    except Exception as exc:
+        raise ConvertError(f"is not a valid PPTX file ({type(exc).__name__}: {exc})") from None
+    md = res.markdown or ""
+    marks = list(_SLIDE.finditer(md))
+    parts: list[str] = []
+    pages: list[int] = []
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(md)
+        body = md[m.end() : end].strip()
+        if not body.startswith("# "):
+            body = f"# Slide {m.group(1)}\n\n{body}".rstrip()
+        parts.append(body)
+        pages.append(int(m.group(1)))
+    if not marks:
+        return Converted(md, "pptx", None, {"slides": 0})
+    content = ""
+    starts = []
+    for body in parts:
+        starts.append(len(content))
+        content += body + "\n\n"
+    # page_starts index pages from 1 in order; slide numbers are 1..n in order too.
+    return Converted(content.rstrip() + "\n", "pptx", starts, {"slides": len(parts)})
+
+
+def _sheets_markdown(sheets: list[tuple[str, list[list[Any]]]], fmt: str) -> Converted:
+    out = []
+    for name, rows in sheets:
+        rows = _trim_rows(rows)
+        out.append(f"# {name}\n\n" + (markdown_table(rows) if rows else "(empty sheet)"))
+    meta = {"sheets": [name for name, _ in sheets]}
+    return Converted("\n\n".join(out) + "\n", fmt, None, meta)
+
+
+def convert_xlsx(data: bytes, limits: Limits) -> Converted:
+    import openpyxl
+
+    check_zip(data, "xlsx", limits)
+    budget = _RowBudget(limits, "rows")
+    try:
+        wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    except Exception as exc:
+        raise ConvertError(f"is not a valid XLSX file ({type(exc).__name__}: {exc})") from None
+    sheets = []
+    try:
+        for ws in wb.worksheets:
+            rows = []
+            for row in ws.iter_rows(values_only=True):
+                budget.take()
+                rows.append(list(row))
+            sheets.append((ws.title, rows))
+    except ConvertError:
+        raise
+    except Exception as exc:
+        raise ConvertError(f"is a damaged XLSX file ({type(exc).__name__}: {exc})") from None
+    finally:
+        wb.close()
+    return _sheets_markdown(sheets, "xlsx")
+
+
+def convert_xls(data: bytes, limits: Limits) -> Converted:
+    import xlrd
+
+    budget = _RowBudget(limits, "rows")
+    try:
+        book = xlrd.open_workbook(file_contents=data, on_demand=True)
+    except Exception as exc:
+        raise ConvertError(f"is not a valid XLS file ({type(exc).__name__}: {exc})") from None
+    sheets = []
+    try:
+        for i in range(book.nsheets):
+            sh = book.sheet_by_index(i)
+            rows = []
+            for r in range(sh.nrows):
+                budget.take()
+                rows.append(sh.row_values(r))
+            sheets.append((sh.name, rows))
+            book.unload_sheet(i)
+    finally:
+        book.release_resources()
+    return _sheets_markdown(sheets, "xls")
+
+
+def convert_csv(data: bytes, limits: Limits, name: str = "") -> Converted:
+    text = decode_text(data, "the CSV")
+    sample = text[:64 * 1024]
+    delimiter = "\t" if name.lower().endswith(".tsv") else ","
+    if not name.lower().endswith(".tsv"):
+        try:
+            delimiter = csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+        except csv.Error:
+            pass
+    budget = _RowBudget(limits, "rows")
+    rows = []
+    csv.field_size_limit(min(limits.max_text_bytes, 2**31 - 1))
+    try:
+        for row in csv.reader(io.StringIO(text), delimiter=delimiter):
+            budget.take()
+            if any(c.strip() for c in row):
+                rows.append(row)
+    except csv.Error as exc:
+        raise ConvertError(f"is not valid CSV ({exc})") from None
+    if not rows:
+        raise ConvertError("has no rows")
+    return Converted(markdown_table(rows) + "\n", "csv", None, {"rows": len(rows) - 1})
+
+
+def _json_depth_ok(text: str, limit: int) -> None:
+    """Refuse nesting past ``limit`` before json.loads recurses into it."""
+    depth = 0
+    in_str = False
+    esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                raise ConvertError(
+                    f"is JSON nested more than {limit} levels deep; the limit is {limit}"
+                )
+        elif ch in "]}":
+            depth -= 1
+
+
+def flatten_json(value: Any, prefix: str = "") -> list[str]:
+    """``a.b[0].c: value`` lines, one per scalar, in document order."""
+    lines: list[str] = []
+    stack: list[tuple[str, Any]] = [(prefix, value)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, dict):
+            if not v:
+                lines.append(f"{path}: {{}}" if path else "{}")
+            items = []
+            for k, child in v.items():
+                key = str(k)
+                part = key if re.fullmatch(r"[A-Za-z_][\w-]*", key) else json.dumps(key)
+                items.append((f"{path}.{part}" if path else part, child))
+            stack.extend(reversed(items))
+        elif isinstance(v, list):
+            if not v:
+                lines.append(f"{path}: []")
+            stack.extend(reversed([(f"{path}[{i}]", c) for i, c in enumerate(v)]))
+        else:
+            shown = v if isinstance(v, str) else json.dumps(v)
+            lines.append(f"{path}: {shown}" if path else str(shown))
+    return lines
+
+
+def convert_json(data: bytes, limits: Limits) -> Converted:
+    text = decode_text(data, "the JSON")
+    _json_depth_ok(text, limits.max_depth)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConvertError(f"is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ConvertError(f"is JSON nested too deeply (limit {limits.max_depth})") from None
+    lines = flatten_json(value)
+    return Converted("\n".join(lines) + "\n", "json", None, {"keys": len(lines)})
+
+
+# Elements whose content is never text a reader sees: dropped with everything inside.
+_DROPPED = ("script", "style", "iframe", "frame", "frameset", "object", "embed", "applet",
+            "noscript", "template", "svg", "math", "canvas", "form", "button", "select",
+            "input", "textarea", "link", "meta", "base")
+_ALLOWED_TAGS = frozenset({
+    "a", "abbr", "b", "blockquote", "br", "caption", "code", "dd", "del", "details", "dfn",
+    "div", "dl", "dt", "em", "figcaption", "figure", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
+    "i", "img", "ins", "kbd", "li", "mark", "ol", "p", "pre", "q", "s", "samp", "section",
+    "small", "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
+    "thead", "time", "tr", "u", "ul", "var", "article", "main", "header", "footer", "nav",
+    "aside", "body", "html",
+})
+_ALLOWED_ATTRS = {"a": ["href", "title"], "img": ["src", "alt", "title"], "abbr": ["title"],
+                  "td": ["colspan", "rowspan"], "th": ["colspan", "rowspan"]}
+
+
+def _html_depth_ok(html: str, limit: int) -> None:
+    """Refuse nesting past ``limit``: the converters recurse per element."""
+    from html.parser import HTMLParser
+
+    void = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+            "source", "track", "wbr", "p", "li", "td", "th", "tr", "option", "dt", "dd"}
+
+    class Depth(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=False)
+            self.depth = 0
+
+        def handle_starttag(self, tag: str, attrs: Any) -> None:
+            if tag in void:
+                return
+            self.depth += 1
+            if self.depth > limit:
+                raise ConvertError(
+                    f"is HTML nested more than {limit} elements deep; the limit is {limit}"
+                )
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag not in void:
+                self.depth = max(self.depth - 1, 0)
+
+    Depth().feed(html)
+
+
+def clean_html(html: str) -> tuple[str, str | None]:
+    """The HTML without scripts, styles, frames, event handlers or javascript: links:
+    dangerous elements go with their content, then bleach keeps only an allow-list of
+    tags and attributes (data: images stay, for media extraction). Also the page title."""
+    import bleach
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html, "html.parser")
+    title = soup.title.get_text(" ", strip=True) if soup.title else None
+    for el in soup([*_DROPPED, "title", "head"]):
+        el.decompose()
+    cleaner = bleach.Cleaner(
+        tags=_ALLOWED_TAGS,
+        attributes=_ALLOWED_ATTRS,
+        protocols={"http", "https", "mailto", "data"},
+        strip=True,
+        strip_comments=True,
+    )
+    cleaned = cleaner.clean(str(soup))
+    # bleach allows data: for every URL attribute; only images may carry one.
+    cleaned = re.sub(r'(?i)<a\b[^>]*\bhref="data:[^"]*"[^>]*>', "<a>", cleaned)
+    return cleaned, title or None
+
+
+def convert_html(data: bytes | str, limits: Limits) -> Converted:
+    from markitdown.converters import HtmlConverter
+
+    html = data if isinstance(data, str) else decode_text(data, "the HTML")
+    _html_depth_ok(html, limits.max_depth)
+    cleaned, title = clean_html(html)
+    try:
+        res = HtmlConverter().convert_string(cleaned, keep_data_uris=True, strict=True)
+    except RecursionError:
+        raise ConvertError(f"is HTML nested too deeply (limit {limits.max_depth})") from None
+    return Converted((res.markdown or "").strip() + "\n", "html", None, _titled({}, title))
+
+
+def _titled(meta: dict[str, Any], title: str | None) -> dict[str, Any]:
+    if title:
+        meta["source_title"] = title
+    return meta
+
+
+def _markitdown(fmt: str, data: bytes, limits: Limits) -> Converted:
+    from markitdown import StreamInfo
+    from markitdown.converters import EpubConverter, IpynbConverter, RssConverter
+
+    if fmt == "epub":
+        check_zip(data, "epub", limits)
+    conv: Any = {"epub": EpubConverter, "ipynb": IpynbConverter, "rss": RssConverter}[fmt]()
+    ext = {"epub": ".epub", "ipynb": ".ipynb", "rss": ".rss"}[fmt]
+    if fmt == "ipynb":
+        _json_depth_ok(decode_text(data, "the notebook"), limits.max_depth)
+    try:
+        res = conv.convert(io.BytesIO(data), StreamInfo(extension=ext, charset="utf-8"),
+                           keep_data_uris=True)
+    except Exception as exc:
+        raise ConvertError(
+            f"is not a valid {fmt.upper()} file ({type(exc).__name__}: {exc})"
+        ) from None
+    if res is None or not (res.markdown or "").strip():
+        raise ConvertError(f"has no text that a {fmt.upper()} reader finds")
+    return Converted(res.markdown, fmt, None, _titled({}, res.title))
+
+
+def convert(data: bytes, file_name: str, limits: Limits | None = None) -> Converted:
+    """Convert ``data`` (a file named ``file_name``) in this process."""
+    limits = limits or Limits()
+    if not data:
+        raise ConvertError("is empty")
+    fmt = format_of(file_name, data)
+    if fmt is None:
+        raise ConvertError(
+            f"has an unsupported file type ({os.path.splitext(file_name)[1] or 'no extension'})",
+            hint="kbpg converts " + supported(),
+        )
+    if fmt == "pdf":
+        out = convert_pdf(data, limits)
+    elif fmt == "docx":
+        out = convert_docx(data, limits)
+    elif fmt == "pptx":
+        out = convert_pptx(data, limits)
+    elif fmt == "xlsx":
+        out = convert_xlsx(data, limits)
+    elif fmt == "xls":
+        out = convert_xls(data, limits)
+    elif fmt == "html":
+        out = convert_html(data, limits)
+    elif fmt == "csv":
+        out = convert_csv(data, limits, file_name)
+    elif fmt == "json":
+        out = convert_json(data, limits)
+    elif fmt in ("markdown", "text"):
+        out = Converted(decode_text(data, "the file"), fmt)
+    else:
+        out = _markitdown(fmt, data, limits)
+    if not out.content.strip():
+        raise ConvertError(f"has no text (converted as {fmt.upper()})")
+    size = len(out.content.encode("utf-8"))
+    if size > limits.max_text_bytes:
+        raise ConvertError(
+            f"converts to {size} bytes of text; the limit is {limits.max_text_bytes} bytes",
+            hint="split the file or raise kb.max_document_bytes",
+        )
+    out.meta["file_type"] = fmt
+    return out
+
+
+# ---------------------------------------------------------------------------- isolation
+
+
+def _limit_child(memory_mb: int, cpu_s: float) -> None:
+    import resource
+
+    mem = memory_mb * 1024 * 1024
+    # The soft limit only: the child may lift it for Chromium, which has its own timeout.
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (mem, hard))
+    cpu = int(cpu_s) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    os.setsid()  # the child's own process group: a timeout kills all it started
+
+
+def run_isolated(
+    request: dict[str, Any],
+    data: bytes | None,
+    limits: Limits,
+    python: str | None = None,
+    path: list[str] | None = None,
+) -> Converted:
+    """Convert (or fetch and convert, for ``request["url"]``) in a child process of
+    ``python`` limited to ``limits.memory_mb`` of address space and ``timeout_s`` of
+    time. The child imports from ``path`` (default: this process's sys.path, where this
+    module was found)."""
+    import signal
+    import subprocess
+    import tempfile
+
+    python = python or sys.executable
+    path = [p for p in (path or sys.path) if p]
+    header = json.dumps({**request, "limits": asdict(limits)}).encode() + b"\n"
+    with tempfile.TemporaryDirectory(prefix="kbpg-convert-") as home:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": home,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+        }
+        proc = subprocess.Popen(
+            [python, "-I", "-c",
+             f"import sys; sys.path[:0] = {path!r}; from kbpg_db import convert; convert.main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, cwd=home,
+            preexec_fn=lambda: _limit_child(limits.memory_mb, limits.timeout_s),
+        )
+        try:
+            out, err = proc.communicate(header + (data or b""), timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise ConvertError(
+                f"took longer than {limits.timeout_s:g} s to convert and was stopped",
+                hint="raise kb.convert_timeout_s if the file is genuine",
+            ) from None
+    if proc.returncode != 0 or not out:
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        if proc.returncode < 0:
+            sig = signal.Signals(-proc.returncode).name
+            raise ConvertError(
+                f"could not be converted: the converter was stopped by {sig} (over its "
+                f"{limits.memory_mb} MB memory or CPU limit, or a parser crashed) {tail[0]}".rstrip(),
+                hint="raise kb.convert_memory_mb if the file is genuine",
+            )
+        # Out of memory shows many ways (MemoryError, a library that cannot be mapped).
+        text = err.decode("utf-8", "replace")
+        if re.search(r"MemoryError|[Cc]annot allocate|failed to map|bad_alloc", text):
+            raise ConvertError(
+                f"could not be converted: the converter process ran out of its "
+                f"{limits.memory_mb} MB memory limit ({tail[0]})",
+                hint="raise kb.convert_memory_mb if the file is genuine",
+            )
+        raise ConvertError(f"could not be converted: the converter process failed ({tail[0]})")
+    result = json.loads(out)
+    if not result.get("ok"):
+        raise ConvertError(result["error"], result.get("hint"))
+    import base64
+
+    file = base64.b64decode(result["file"]) if result.get("file") else None
+    return Converted(
+        result["content"], result["format"], result.get("page_starts"), result.get("meta") or {},
+        file, result.get("file_name"),
+    )
+
+
+def main() -> None:
+    """The child's side: a JSON header line, then the file's bytes, on stdin; the result
+    as one JSON object on stdout."""
+    import base64
+
+    sys.setrecursionlimit(5000)
+    raw = sys.stdin.buffer.read()
+    line, _, data = raw.partition(b"\n")
+    req = json.loads(line)
+    limits = Limits(**req.pop("limits"))
+    try:
+        if req.get("url"):
+            from kbpg_db import fetch
+
+            out = fetch.fetch_and_convert(req["url"], limits, req.get("render", True))
+        else:
+            out = convert(data, req["file_name"], limits)
+    except ConvertError as exc:
+        result: dict[str, Any] = {"ok": False, "error": str(exc), "hint": exc.hint}
+    except MemoryError:
+        result = {"ok": False, "error": "could not be converted within the converter's "
+                  f"{limits.memory_mb} MB memory limit",
+                  "hint": "raise kb.convert_memory_mb if the file is genuine"}
+    except RecursionError:
+        result = {"ok": False, "error": "is nested too deeply to convert"}
+    else:
+        result = {"ok": True, "content": out.content, "format": out.format,
+                  "page_starts": out.page_starts, "meta": out.meta,
+                  "file": base64.b64encode(out.file).decode() if out.file else None,
+                  "file_name": out.file_name}
+    sys.stdout.write(json.dumps(result))
+    sys.stdout.flush()

@@ -1,0 +1,241 @@
+"""kbpg_db.convert: every format to Markdown with its structure, HTML cleaned, media taken
+out, and bad input refused with a message that names the problem; the isolated child
+process bounds memory and time."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kbpg_db import convert, media
+from kbpg_db.convert import ConvertError, Limits
+
+from tests import office_files as of
+
+
+def test_docx_headings_tables_and_image() -> None:
+    out = convert.convert(of.docx_bytes(), "policy.docx")
+    assert out.format == "docx" and out.meta["file_type"] == "docx"
+    heads = re.findall(r"^(#+) (.+)$", out.content, re.M)
+    assert heads == [("#", "Refund policy"), ("##", "Exceptions"), ("#", "Shipping")]
+    # Word tables have no header cells: the first row becomes the header.
+    assert "| Zone | Days |\n|---|---|\n| Europe | 2 |\n| Overseas | 9 |" in out.content
+    assert of.PNG_DATA_URI in out.content  # kept for media extraction
+
+
+def test_pptx_slides_are_sections_with_pages() -> None:
+    out = convert.convert(of.pptx_bytes(), "deck.pptx")
+    assert out.meta["slides"] == 3
+    assert out.page_starts is not None and len(out.page_starts) == 3
+    slides = [out.content[a:b] for a, b in zip(out.page_starts, [*out.page_starts[1:], None], strict=True)]
+    assert slides[0].startswith("# Quarterly results\n") and "eleven percent" in slides[0]
+    assert slides[1].startswith("# Hiring plan\n") and "Lisbon" in slides[1]
+    # A slide without a title still starts a section, named by its number.
+    assert slides[2].startswith("# Slide 3\n") and "Pixel" in slides[2]
+    assert "data:image/png;base64," in slides[2]
+
+
+def test_xlsx_and_xls_sheets_become_tables() -> None:
+    out = convert.convert(of.xlsx_bytes(), "plans.xlsx")
+    assert out.meta["sheets"] == ["Plans", "Contacts"]
+    assert out.content.startswith(
+        "# Plans\n\n| Plan | Price (EUR) | Messages |\n|---|---|---|\n| Starter | 19 | 500 |\n"
+        "| Studio | 45 | 2000 |\n\n# Contacts\n\n| Team | Email |"
+    )
+    xls = convert.convert(of.xls_bytes(), "stock.xls")
+    assert xls.content == "# Inventory\n\n| Item | Count |\n|---|---|\n| Widgets | 40 |\n| Gadgets | 7 |\n"
+
+
+def test_csv_is_a_markdown_table_and_cells_are_escaped() -> None:
+    out = convert.convert(of.CSV.encode(), "cities.csv")
+    assert out.content.splitlines()[:3] == [
+        "| city | country | population |",
+        "|---|---|---|",
+        "| Lisbon | Portugal | 545000 |",
+    ]
+    odd = convert.convert(b'a;b\n"x|y";"multi\nline"\n', "odd.csv")
+    assert "| x\\|y | multi<br>line |" in odd.content  # sniffed ';', pipe escaped
+    tsv = convert.convert(b"k\tv\n1\t2\n", "t.tsv")
+    assert tsv.content.startswith("| k | v |")
+
+
+def test_json_flattened_to_dotted_paths() -> None:
+    out = convert.convert(of.JSON.encode(), "service.json")
+    assert out.content.splitlines() == [
+        "service.name: billing",
+        "service.owners[0].team: payments",
+        "service.owners[0].oncall: ana",
+        "limits.rate: 100",
+        "limits.burst: null",
+        "tags[0]: core",
+        "tags[1]: eu",
+    ]
+    assert convert.flatten_json({"a b": {"": []}, "x": {}}) == ['"a b"."": []', "x: {}"]
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=3),
+    max_leaves=20,
+))
+@settings(max_examples=200, deadline=None)
+def test_json_flatten_keeps_every_scalar(value: object) -> None:
+    lines = convert.flatten_json(value)
+
+    def scalars(v: object) -> int:
+        if isinstance(v, dict):
+            return sum(scalars(c) for c in v.values()) or 1
+        if isinstance(v, list):
+            return sum(scalars(c) for c in v) or 1
+        return 1
+
+    assert len(lines) == scalars(value)
+
+
+def test_html_is_cleaned_before_conversion() -> None:
+    out = convert.convert(of.HTML.encode(), "guide.html")
+    text = out.content
+    assert out.meta["source_title"] == "Backup guide"
+    assert "# Backups" in text and "## Restore" in text
+    assert "nightly backup at 02:00 UTC" in text and "kbctl restore --from latest" in text
+    for bad in ("SCRIPTTEXT", "XSS", "javascript:", "IFRAMETEXT", "NOSCRIPTTEXT", "OBJECTTEXT",
+                "steal()", "onerror", "onclick", "color: red", "<script", "<iframe"):
+        assert bad not in text, bad
+    assert of.PNG_DATA_URI in text  # the image stays for media extraction
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '<img src=x onerror="alert(1)">',
+        "<svg/onload=alert(1)>",
+        '<a href="jav&#x09;ascript:alert(1)">x</a>',
+        '<a href="data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==">x</a>',
+        "<scr<script>ipt>alert(1)</script>",
+        '<div style="background:url(javascript:alert(1))">styled</div>',
+        "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)>",
+        '<form action="javascript:alert(1)"><button>go</button></form>',
+        "<body background=javascript:alert(1)>",
+        '<meta http-equiv="refresh" content="0;url=javascript:alert(1)">',
+    ],
+)
+def test_xss_payloads_never_reach_text(payload: str) -> None:
+    html = f"<html><body><p>safe words</p>{payload}</body></html>"
+    cleaned, _ = convert.clean_html(html)
+    lowered = cleaned.lower()
+    assert "javascript:" not in lowered.replace("&#x09;", "")
+    assert "onerror" not in lowered and "onload" not in lowered
+    assert "<script" not in lowered and "data:text/html" not in lowered
+    assert "style=" not in lowered
+    out = convert.convert(html.encode(), "x.html")
+    # Whatever is left is inert text: no markup that runs, no script URL, no handler.
+    assert "safe words" in out.content
+    assert not re.search(r"<\s*/?\s*(script|iframe|svg|img|a|form|meta|body|object|style)\b",
+                         out.content, re.I)
+    assert "javascript:" not in out.content.lower() and "onerror" not in out.content
+
+
+def test_ipynb_markdown_and_text() -> None:
+    nb = convert.convert(of.IPYNB.encode(), "analysis.ipynb")
+    assert "# Notebook title" in nb.content and "print('hello')" in nb.content
+    assert convert.convert(b"# Hi\n\nthere\r\n", "a.md").content == "# Hi\n\nthere\n"
+    latin = convert.convert("café crème".encode("latin-1"), "menu.txt")
+    assert "caf" in latin.content
+
+
+def test_format_by_extension_then_content() -> None:
+    assert convert.format_of("Report.DOCX") == "docx"
+    assert convert.format_of("noext", b"%PDF-1.7\n...") == "pdf"
+    assert convert.format_of("noext", b"  <!DOCTYPE html><html>") == "html"
+    assert convert.format_of("noext", b'{"a": 1}') == "json"
+    assert convert.format_of("image.png", b"\x89PNG") is None
+    with pytest.raises(ConvertError, match=r"unsupported file type \(\.png\)"):
+        convert.convert(b"\x89PNG....", "image.png")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("broken.docx", b"PK\x03\x04 this is not a zip", "not a valid DOCX file: the archive is damaged"),
+        ("broken.xlsx", b"garbage", "not a valid XLSX file"),
+        ("broken.pptx", b"", "is empty"),
+        ("empty.zip.docx", None, "has no word/document.xml"),
+        ("broken.xls", b"\xd0\xcf\x11\xe0 not really", "not a valid XLS file"),
+        ("bad.json", b'{"a": ', "not valid JSON"),
+        ("bad.csv", b"\x00\x01\x02", "NUL bytes"),
+        ("scan.pdf", None, "no extractable text in its 1 page"),
+    ],
+)
+def test_bad_files_get_clear_errors(name: str, data: bytes | None, message: str) -> None:
+    if name == "empty.zip.docx":
+        import io
+        import zipfile
+
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            zf.writestr("hello.txt", "hi")
+        data = buf.getvalue()
+    if name == "scan.pdf":
+        data = of.scanned_pdf_bytes()
+    assert data is not None
+    with pytest.raises(ConvertError, match=re.escape(message)):
+        convert.convert(data, name)
+
+
+def test_zip_bomb_is_refused_before_expansion() -> None:
+    bomb = of.zip_bomb()
+    assert len(bomb) < 1024 * 1024
+    with pytest.raises(ConvertError, match=r"looks like a zip bomb: member 'word/document.xml'"):
+        convert.convert(bomb, "bomb.docx")
+    small = Limits(max_unzipped_bytes=1000, max_zip_ratio=10**9)
+    with pytest.raises(ConvertError, match=r"expands to .* bytes when unzipped; the limit is 1000"):
+        convert.convert(of.docx_bytes(), "policy.docx", small)
+
+
+def test_nesting_and_row_limits() -> None:
+    with pytest.raises(ConvertError, match="JSON nested more than 512 levels deep"):
+        convert.convert(of.deep_json(), "deep.json")
+    with pytest.raises(ConvertError, match="HTML nested more than 512 elements deep"):
+        convert.convert(of.deep_html(), "deep.html")
+    with pytest.raises(ConvertError, match="has more than 200000 rows; the limit is 200000"):
+        convert.convert(of.big_csv(), "big.csv")
+    with pytest.raises(ConvertError, match="has more than 2 rows"):
+        convert.convert(of.xlsx_bytes(), "plans.xlsx", Limits(max_rows=2))
+    with pytest.raises(ConvertError, match=r"converts to .* bytes of text; the limit is 50"):
+        convert.convert(of.CSV.encode(), "c.csv", Limits(max_text_bytes=50))
+
+
+def test_media_extraction_replaces_data_uris() -> None:
+    text = f"intro ![a]({of.PNG_DATA_URI}) and again <img src=\"{of.PNG_DATA_URI}\"> end"
+    out, found = media.extract(text)
+    assert len(found) == 1
+    m = found[0]
+    assert m.data == of.PNG and m.media_type == "image/png" and m.ref.endswith(".png")
+    assert out == f"intro ![a](kbpg-media:{m.ref}) and again <img src=\"kbpg-media:{m.ref}\"> end"
+    assert media.extract("data:image/png;base64,!!!notbase64") == (
+        "data:image/png;base64,!!!notbase64", [])
+    # The payload ends where base64 ends: the words after it stay.
+    gif = media.extract("x data:image/gif;base64,R0lGODlh and more")
+    assert gif[0].endswith(" and more") and gif[1][0].media_type == "image/gif"
+
+
+def test_isolated_conversion_matches_in_process() -> None:
+    data = of.pptx_bytes()
+    inside = convert.convert(data, "deck.pptx")
+    outside = convert.run_isolated({"file_name": "deck.pptx"}, data, Limits())
+    assert (outside.content, outside.page_starts, outside.meta) == (
+        inside.content, inside.page_starts, inside.meta)
+
+
+def test_isolated_errors_and_limits() -> None:
+    with pytest.raises(ConvertError, match="not a valid DOCX file"):
+        convert.run_isolated({"file_name": "x.docx"}, b"PK\x03\x04junk", Limits())
+    # A converter that needs more memory than allowed costs its own process only.
+    with pytest.raises(ConvertError, match=r"memory|stopped by SIG"):
+        convert.run_isolated({"file_name": "deck.pptx"}, of.pptx_bytes(), Limits(memory_mb=40))
+    with pytest.raises(ConvertError, match=r"took longer than 0.05 s to convert and was stopped"):
+        convert.run_isolated({"file_name": "deck.pptx"}, of.pptx_bytes(), Limits(timeout_s=0.05))
+    assert json.loads(json.dumps({"ok": True}))  # the protocol is JSON
