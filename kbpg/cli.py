@@ -328,6 +328,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lab(args: argparse.Namespace) -> int:
+    from kbpg.db import resolve_dsn
+    from kbpg.lab.app import serve
+
+    serve(resolve_dsn(args.dsn), args.kb, args.host, args.port, args.token)
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from kbpg.evaluate import run_eval
 
@@ -453,6 +461,17 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--lease", type=float, default=60.0, help="seconds a claimed job is held")
     w.add_argument("--poll", type=float, default=2.0, help="seconds between polls")
     w.set_defaults(func=cmd_worker)
+
+    lab = sub.add_parser(
+        "lab",
+        help="the Retrieval Lab: a local web page to test, compare and tune retrieval",
+    )
+    lab.add_argument("kb", nargs="?", help="the knowledge base to open first")
+    lab.add_argument("--host", default="127.0.0.1",
+                     help="address to bind (default 127.0.0.1; any other needs a token)")
+    lab.add_argument("--port", type=int, default=8765)
+    lab.add_argument("--token", help="access token (default: none on 127.0.0.1, else a new one)")
+    lab.set_defaults(func=cmd_lab)
 
     e = sub.add_parser("eval", help="evaluate retrieval on a BEIR-format dataset")
     e.add_argument("dataset_dir")

