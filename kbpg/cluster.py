@@ -208,6 +208,43 @@ class Cluster:
         port = int(os.environ.get("KBPG_PORT") or free_port())
         self.write_conf(port)
 
+    def replicate(self, primary: Cluster) -> None:
+        """Make this (new) cluster a hot standby of ``primary``: a base backup with
+        streaming replication configured (pg_basebackup -R), on a port of its own. Start
+        it with :meth:`start`; it serves every read of kbpg (search, explain, context,
+        tree search, the lab's reads) and follows the primary's writes."""
+        if self.initialized:
+            raise ClusterError(f"{self.data} already holds a cluster")
+        self.home.mkdir(parents=True, exist_ok=True)
+        if is_root():
+            self.home.chmod(0o755)
+        for d in (self.run_dir, self.log_file.parent, self.plpython_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self._own(self.home)
+        self._run(
+            [
+                self.bindir / "pg_basebackup",
+                "-D",
+                self.data,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "-h",
+                primary.run_dir,
+                "-p",
+                str(primary.port),
+                "-U",
+                "postgres",
+            ],
+            timeout=600,
+        )
+        self.data.chmod(0o700)
+        # A standby needs max_connections and the like at least as high as its primary's.
+        self.settings = {**primary.settings, **self.settings}
+        self.write_conf(int(os.environ.get("KBPG_REPLICA_PORT") or free_port()))
+
     def write_conf(self, port: int) -> None:
         conf = {
             "port": str(port),

@@ -133,6 +133,103 @@ CREATE OR REPLACE FUNCTION kb.bm25_search(index_id bigint, query text, top_k int
                                           b double precision DEFAULT 0.75,
                                           filter jsonb DEFAULT NULL)
 RETURNS TABLE (chunk_id bigint, score double precision)
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+-- Exact top-k with dynamic pruning (MaxScore). A term's contribution to any chunk is below
+-- its upper bound idf·(k1+1) (the tf part saturates below k1+1 whatever tf, dl and avgdl
+-- are: safe as documents change, nothing to maintain). Terms in order of that bound, the
+-- first e are "essential": the chunks holding one of them are the candidates, scored
+-- exactly with every query term (the other terms read through the candidates' own
+-- postings). A chunk holding none of them scores at most the other terms' bounds summed;
+-- once that is below the k-th best candidate's score (theta), no other chunk can enter the
+-- top k and the result equals exhaustive scoring. Otherwise e grows to the first point
+-- where the rest's bounds fall below the theta found so far (theta only rises as
+-- candidates are added), and at worst every term is essential: exhaustive scoring.
+DECLARE
+  v_n      double precision;
+  v_avgdl  double precision;
+  v_terms  text[];
+  v_idf    double precision[];
+  v_rest   double precision[];  -- v_rest[i]: the bounds of terms i..m summed
+  v_m      integer;
+  v_e      integer := 1;
+  v_ids    bigint[];
+  v_scores double precision[];
+  v_theta  double precision;
+BEGIN
+  IF top_k IS NULL OR top_k < 1 THEN
+    RETURN;
+  END IF;
+  SELECT i.n_chunks, i.total_len::double precision / greatest(i.n_chunks, 1)
+    INTO v_n, v_avgdl FROM kb.kb_index i WHERE i.id = bm25_search.index_id;
+  SELECT array_agg(t.lexeme ORDER BY t.idf DESC, t.lexeme),
+         array_agg(t.idf ORDER BY t.idf DESC, t.lexeme)
+    INTO v_terms, v_idf
+    FROM (SELECT ts.lexeme, ln(1 + (v_n - ts.df + 0.5) / (ts.df + 0.5)) AS idf
+            FROM kb.term_stat ts
+           WHERE ts.index_id = bm25_search.index_id AND ts.df > 0
+             AND ts.lexeme = ANY (kb.query_lexemes(bm25_search.index_id, query))) t;
+  v_m := coalesce(cardinality(v_terms), 0);
+  IF v_m = 0 THEN
+    RETURN;
+  END IF;
+  SELECT array_agg(coalesce((SELECT sum(x) FROM unnest(v_idf[i:v_m]) x), 0) * (k1 + 1) ORDER BY i)
+    INTO v_rest FROM generate_series(1, v_m + 1) i;
+  LOOP
+    WITH terms AS (
+      SELECT t.lexeme, t.idf, t.n <= v_e AS essential
+      FROM unnest(v_terms, v_idf) WITH ORDINALITY t(lexeme, idf, n)
+    ), ess AS (   -- the candidates, with what the essential terms give them
+      SELECT p.chunk_id, sum(t.idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / v_avgdl))) AS s
+      FROM terms t
+      JOIN kb.posting p ON p.index_id = bm25_search.index_id AND p.lexeme = t.lexeme
+      WHERE t.essential
+      GROUP BY p.chunk_id
+    ), rest AS (  -- what the other terms give the candidates, through their own postings
+      SELECT p.chunk_id, sum(t.idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / v_avgdl))) AS s
+      FROM kb.posting p JOIN terms t ON t.lexeme = p.lexeme AND NOT t.essential
+      WHERE v_e < v_m AND p.chunk_id = ANY (ARRAY(SELECT ess.chunk_id FROM ess))
+        AND p.index_id = bm25_search.index_id
+      GROUP BY p.chunk_id
+    ), top AS (
+      SELECT ess.chunk_id, ess.s + coalesce(rest.s, 0) AS score
+      FROM ess LEFT JOIN rest USING (chunk_id)
+      WHERE filter IS NULL
+         OR EXISTS (SELECT 1 FROM kb.chunk c WHERE c.id = ess.chunk_id AND c.metadata @> filter)
+      ORDER BY 2 DESC, 1
+      LIMIT top_k
+    )
+    SELECT array_agg(top.chunk_id ORDER BY top.score DESC, top.chunk_id),
+           array_agg(top.score ORDER BY top.score DESC, top.chunk_id)
+      INTO v_ids, v_scores FROM top;
+    v_theta := CASE WHEN coalesce(cardinality(v_ids), 0) >= top_k THEN v_scores[top_k] END;
+    EXIT WHEN v_e >= v_m OR v_rest[v_e + 1] < v_theta;
+    IF v_theta IS NULL THEN  -- fewer than top_k candidates: one more term
+      v_e := v_e + 1;
+    ELSE  -- the fewest essential terms whose rest is below the theta found so far
+      SELECT coalesce(min(i) - 1, v_m) INTO v_e
+        FROM generate_series(v_e + 2, v_m + 1) i WHERE v_rest[i] < v_theta;
+    END IF;
+  END LOOP;
+  -- How much was pruned, for explain and the tests: "essential terms/query terms".
+  PERFORM set_config('kb.bm25_essential', v_e || '/' || v_m, true);
+  RETURN QUERY SELECT u.id, u.s FROM unnest(v_ids, v_scores) u(id, s);
+END
+$$;
+COMMENT ON FUNCTION kb.bm25_search(bigint, text, integer, double precision, double precision, jsonb) IS
+  'Top chunks of an index generation by Okapi BM25 (exact corpus statistics), optionally '
+  'restricted to chunks whose metadata contains filter. Exact top-k with dynamic pruning '
+  '(MaxScore over idf·(k1+1) term bounds): the same chunks and scores as scoring every '
+  'posting, reading the postings of the rare terms and the candidates'' own. Sets '
+  'kb.bm25_essential (for the transaction) to how many of the query''s terms were read '
+  'whole, as "e/m".';
+
+CREATE OR REPLACE FUNCTION kb._bm25_exhaustive(index_id bigint, query text, top_k integer DEFAULT 10,
+                                          k1 double precision DEFAULT 1.2,
+                                          b double precision DEFAULT 0.75,
+                                          filter jsonb DEFAULT NULL)
+RETURNS TABLE (chunk_id bigint, score double precision)
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -141,17 +238,17 @@ AS $$
   WITH ix AS (
     SELECT n_chunks::double precision AS n,
            total_len::double precision / greatest(n_chunks, 1) AS avgdl
-    FROM kb.kb_index WHERE id = bm25_search.index_id
+    FROM kb.kb_index WHERE id = _bm25_exhaustive.index_id
   ), terms AS (
     SELECT ts.lexeme, ln(1 + (ix.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf
     FROM ix, kb.term_stat ts
-    WHERE ts.index_id = bm25_search.index_id
-      AND ts.lexeme = ANY (kb.query_lexemes(bm25_search.index_id, query))
+    WHERE ts.index_id = _bm25_exhaustive.index_id
+      AND ts.lexeme = ANY (kb.query_lexemes(_bm25_exhaustive.index_id, query))
   ), scored AS (
     SELECT p.chunk_id,
            sum(t.idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / ix.avgdl))) AS score
     FROM terms t
-    JOIN kb.posting p ON p.index_id = bm25_search.index_id AND p.lexeme = t.lexeme
+    JOIN kb.posting p ON p.index_id = _bm25_exhaustive.index_id AND p.lexeme = t.lexeme
     CROSS JOIN ix
     GROUP BY p.chunk_id
   )
@@ -161,6 +258,6 @@ AS $$
   ORDER BY s.score DESC, s.chunk_id
   LIMIT top_k
 $$;
-COMMENT ON FUNCTION kb.bm25_search(bigint, text, integer, double precision, double precision, jsonb) IS
-  'Top chunks of an index generation by Okapi BM25 (exact corpus statistics), optionally '
-  'restricted to chunks whose metadata contains filter.';
+COMMENT ON FUNCTION kb._bm25_exhaustive(bigint, text, integer, double precision, double precision, jsonb) IS
+  'Internal: kb.bm25_search without pruning, every posting of every query term scored; '
+  'the reference the pruned search is tested and benchmarked against.';

@@ -311,15 +311,22 @@ RETURNS TABLE (final_rank integer, chunk_id bigint, score double precision,
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT s.final_rank, s.chunk_id, s.score, s.vector_rank, s.vector_score, s.bm25_rank,
+  SELECT CASE WHEN s.chunk_id IS NULL THEN s.final_rank
+              ELSE (row_number() OVER (PARTITION BY s.chunk_id IS NULL ORDER BY s.final_rank))::integer
+         END,
+         s.chunk_id, s.score, s.vector_rank, s.vector_score, s.bm25_rank,
          s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score, s.method,
          s.note, s.usage, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
          c.char_start, c.char_end, s.expanded_from, s.expansion, s.graph_rank, s.graph_path
   FROM kb._search_core(p_kb, p_query, p_overrides) s
-  -- LEFT JOINs (every chunk is there): an inner join over an empty KB could be planned to
-  -- skip the search itself, and with it the validation of the options.
+  -- LEFT JOINs: an inner join over an empty KB could be planned to skip the search itself,
+  -- and with it the validation of the options.
   LEFT JOIN kb.chunk c ON c.id = s.chunk_id
   LEFT JOIN kb.document d ON d.id = c.document_id
+  -- The stages read with snapshots of their own (a document indexed, or a standby's
+  -- replay, while the search runs): a chunk committed after this statement began is left
+  -- out, not returned without its text, and the ranks close up.
+  WHERE s.chunk_id IS NULL OR c.id IS NOT NULL
   ORDER BY s.final_rank
 $$;
 COMMENT ON FUNCTION kb._search_rows(text, text, jsonb) IS
