@@ -19,7 +19,9 @@ import pytest
 
 from kbpg.client import Client
 from kbpg.cluster import Cluster
+from tests.fakeprovider import FakeProvider
 from tests.helpers import run_worker
+from tests.integration.test_tree_search import two_docs
 
 DOCS = {
     "Refunds": "# Refunds\n\nCustomers get their money back within 14 days of a return.\n",
@@ -47,6 +49,9 @@ READS = [
     ("list", "SELECT name, documents, chunks FROM kb.list_knowledge_bases()"),
     ("status", "SELECT title, status, chunk_count FROM kb.document_status ORDER BY title"),
     ("queue", "SELECT kb, done FROM kb.queue_status()"),
+    # Tree Search over a PageIndex KB: two LLM phases (the scripted server), cache only read.
+    ("tree_search", "SELECT title, heading_path FROM kb.search('ts', 'how are refunds paid?')"),
+    ("tree_search rows", "SELECT node_id, title_path FROM kb.tree_search('ts', 'partial refunds')"),
 ]
 
 
@@ -79,8 +84,13 @@ def _caught_up(primary: psycopg.Connection, standby_dsn: str, timeout: float = 6
 
 
 def test_every_read_path_runs_on_a_hot_standby(
-    cluster: Cluster, client: Client, conn: psycopg.Connection, replica: Cluster
+    cluster: Cluster,
+    client: Client,
+    conn: psycopg.Connection,
+    replica: Cluster,
+    provider: FakeProvider,
 ) -> None:
+    two_docs(client, conn, provider)  # the PageIndex KB "ts"
     client.create_knowledge_base("rep")
     for title, text in DOCS.items():
         client.add_text("rep", title, text, metadata={"team": "hr" if title == "Leave" else "ops"})
@@ -92,6 +102,7 @@ def test_every_read_path_runs_on_a_hot_standby(
     _caught_up(conn, standby_dsn)
 
     def read_all(c: psycopg.Connection) -> dict[str, Any]:
+        c.execute("SET kb.fake_key = 'test-key'")
         return {name: c.execute(sql, {"kb": "rep"}).fetchall() for name, sql in READS}
 
     with psycopg.connect(standby_dsn, autocommit=True) as s:
@@ -108,6 +119,7 @@ def test_every_read_path_runs_on_a_hot_standby(
     for name, _ in READS:
         assert on_standby[name] == on_primary[name], name
     assert on_primary["hybrid"][0][1] == "Leave"
+    assert on_primary["tree_search"][0] == ("billing", ["Refunds"])
     assert on_primary["filtered"] and len(on_primary["filtered"]) == 1
 
     # New writes on the primary reach the standby's searches.
