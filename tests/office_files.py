@@ -88,10 +88,11 @@ def xls_bytes() -> bytes:
 
 HTML = f"""<!doctype html><html><head><title>Backup guide</title>
 <style>body {{ color: red }}</style><script>var secret = "SCRIPTTEXT";</script></head>
-<body onload="steal()"><h1>Backups</h1>
+<body onload="steal()"><div class="navheader"><a href="prev.html">Prev NAVTEXT</a></div>
+<nav>MENUTEXT</nav><h1>Backups</h1>
 <p onclick="alert('XSS-ONCLICK')">Run the nightly backup at 02:00 UTC.<img src="{PNG_DATA_URI}"
  alt="diagram" onerror="alert('XSS-ONERROR')"></p>
-<h2>Restore</h2><p>Restore with <code>kbctl restore --from latest</code>.
+<h2>Restore</h2><p>Set shared_buffers first. Restore with <code>kbctl restore --from latest</code>.
 <a href="javascript:alert('XSS-HREF')">click</a></p>
 <iframe src="https://evil.example/">IFRAMETEXT</iframe>
 <svg><script>alert('XSS-SVG')</script></svg>

@@ -100,6 +100,10 @@ MEDIA_TYPES = {
     "text": "text/plain",
 }
 ZIP_FORMATS = ("docx", "pptx", "xlsx", "epub")
+# MarkItDown's markdownify options: data: images kept (media extraction takes them out),
+# underscores not escaped (shared_buffers, pg_dump stay one searchable identifier;
+# CommonMark reads no emphasis inside a word).
+MARKDOWN_OPTIONS: dict[str, Any] = {"keep_data_uris": True, "escape_underscores": False}
 PAGE_SEPARATOR = "\n\n"
 
 
@@ -361,7 +365,7 @@ def convert_docx(data: bytes, limits: Limits) -> Converted:
     check_zip(data, "docx", limits)
     try:
         res = DocxConverter().convert(
-            io.BytesIO(data), StreamInfo(extension=".docx"), keep_data_uris=True
+            io.BytesIO(data), StreamInfo(extension=".docx"), **MARKDOWN_OPTIONS
         )
     except Exception as exc:
         raise ConvertError(f"is not a valid DOCX file ({type(exc).__name__}: {exc})") from None
@@ -380,7 +384,7 @@ def convert_pptx(data: bytes, limits: Limits) -> Converted:
     check_zip(data, "pptx", limits)
     try:
         res = PptxConverter().convert(
-            io.BytesIO(data), StreamInfo(extension=".pptx"), keep_data_uris=True
+            io.BytesIO(data), StreamInfo(extension=".pptx"), **MARKDOWN_OPTIONS
         )
     except Exception as exc:
         raise ConvertError(f"is not a valid PPTX file ({type(exc).__name__}: {exc})") from None
@@ -595,6 +599,19 @@ def _html_depth_ok(html: str, limit: int) -> None:
     Depth().feed(html)
 
 
+_NAV_CLASS = re.compile(r"(?i)^(nav|navbar|navheader|navfooter|navigation|breadcrumbs?|skip-?link)$")
+
+
+_ADMONITION = re.compile(r"(?i)^(note|tip|warning|caution|important|admonition|callout)$")
+
+
+def _is_navigation(tag: Any) -> bool:
+    if tag.name == "nav" or (tag.get("role") or "").lower() == "navigation":
+        return True
+    classes = tag.get("class") or []
+    return any(_NAV_CLASS.match(c) for c in classes)
+
+
 def clean_html(html: str) -> tuple[str, str | None]:
     """The HTML without scripts, styles, frames, event handlers or javascript: links:
     dangerous elements go with their content, then bleach keeps only an allow-list of
@@ -606,6 +623,15 @@ def clean_html(html: str) -> tuple[str, str | None]:
     title = soup.title.get_text(" ", strip=True) if soup.title else None
     for el in soup([*_DROPPED, "title", "head"]):
         el.decompose()
+    # Site navigation (prev/next bars, menus) is boilerplate on every page, not content.
+    for el in soup.find_all(_is_navigation):
+        el.decompose()
+    # An admonition's title ("Note", "Warning") is a label, not a section: as a heading it
+    # would take the text after the box into a section named "Note".
+    for box in soup.find_all(class_=_ADMONITION):
+        for head in box.find_all(re.compile(r"^h[1-6]$")):
+            head.name = "p"
+            head.string = head.get_text(" ", strip=True) + ":"
     cleaner = bleach.Cleaner(
         tags=_ALLOWED_TAGS,
         attributes=_ALLOWED_ATTRS,
@@ -626,7 +652,7 @@ def convert_html(data: bytes | str, limits: Limits) -> Converted:
     _html_depth_ok(html, limits.max_depth)
     cleaned, title = clean_html(html)
     try:
-        res = HtmlConverter().convert_string(cleaned, keep_data_uris=True, strict=True)
+        res = HtmlConverter().convert_string(cleaned, strict=True, **MARKDOWN_OPTIONS)
     except RecursionError:
         raise ConvertError(f"is HTML nested too deeply (limit {limits.max_depth})") from None
     return Converted((res.markdown or "").strip() + "\n", "html", None, _titled({}, title))
@@ -650,7 +676,7 @@ def _markitdown(fmt: str, data: bytes, limits: Limits) -> Converted:
         _json_depth_ok(decode_text(data, "the notebook"), limits.max_depth)
     try:
         res = conv.convert(io.BytesIO(data), StreamInfo(extension=ext, charset="utf-8"),
-                           keep_data_uris=True)
+                           **MARKDOWN_OPTIONS)
     except Exception as exc:
         raise ConvertError(
             f"is not a valid {fmt.upper()} file ({type(exc).__name__}: {exc})"
@@ -691,6 +717,8 @@ def convert(data: bytes, file_name: str, limits: Limits | None = None) -> Conver
         out = Converted(decode_text(data, "the file"), fmt)
     else:
         out = _markitdown(fmt, data, limits)
+    # No-break spaces (&nbsp; in "20.4.&nbsp;Memory") read as spaces in headings and search.
+    out.content = out.content.replace("\xa0", " ")
     if not out.content.strip():
         raise ConvertError(f"has no text (converted as {fmt.upper()})")
     size = len(out.content.encode("utf-8"))
