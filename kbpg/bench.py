@@ -216,10 +216,24 @@ def bench_bm25(dsn: str, quick: bool) -> dict[str, Any]:
         ix = build_synthetic_kb(conn, f"bench-syn2-{n}", n)
         queries = bench_queries(100 if quick else 300)
         kbpg_t, base_t, matches = [], [], []
+        full_t: list[float] = []
+        depth_t: list[float] = []
+        cut: list[float] = []
         for q in queries * 2:  # first pass warms the cache
             t0 = time.perf_counter()
-            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 10)", (ix, q)).fetchall()
+            with conn.transaction():
+                conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 10)", (ix, q)).fetchall()
+                used = scalar(conn, "SELECT current_setting('kb.bm25_essential', true)")
             kbpg_t.append(time.perf_counter() - t0)
+            if used and "/" in used:
+                e, m = (int(x) for x in used.split("/"))
+                cut.append(1 - e / m if m else 0.0)
+            t0 = time.perf_counter()
+            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 100)", (ix, q)).fetchall()
+            depth_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            conn.execute("SELECT * FROM kb._bm25_exhaustive(%s, %s, 10)", (ix, q)).fetchall()
+            full_t.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             conn.execute(
                 "WITH q AS (SELECT to_tsquery('english', string_agg(quote_literal(lexeme), ' | ')) q"
@@ -243,6 +257,9 @@ def bench_bm25(dsn: str, quick: bool) -> dict[str, Any]:
         "workload": f"{n} chunks of 3 recombined SciFact sentences each; {len(queries)} SciFact "
         "queries (OR of their lexemes), top 10; warm cache",
         "kbpg_bm25": k,
+        "kbpg_bm25_top100": _lat(depth_t[len(queries) :]),
+        "exhaustive_bm25": _lat(full_t[len(queries) :]),
+        "terms_pruned_mean": round(statistics.mean(cut), 3) if cut else None,
         "ts_rank_cd": b,
         "median_match_set": int(statistics.median(matches)),
         "ratio_p50": round(k["p50_ms"] / b["p50_ms"], 3),
