@@ -115,6 +115,28 @@ def scifact_sentences(limit: int | None = None) -> list[str]:
     return sentences
 
 
+def copy_chunks(conn: Any, kb_id: int, ix: int, texts: list[str], start: int = 0) -> None:
+    """``texts`` as ready documents of one chunk each, written directly (COPY; BM25's
+    postings and statistics follow by trigger): no worker, no vectors. Metadata:
+    category rare (every 10th document) or common, half 0 or 1."""
+    with conn.cursor().copy(
+        "COPY kb.document (kb_id, title, content, content_hash, status, chunk_count) FROM STDIN"
+    ) as cp:
+        for i, t in enumerate(texts):
+            cp.write_row((kb_id, f"syn{start + i}", t, f"h{start + i}", "ready", 1))
+    conn.execute(
+        "INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, "
+        "char_start, char_end, metadata, tsv, doc_len) "
+        "SELECT %s, d.id, 0, d.content, 0, 0, length(d.content), "
+        "jsonb_build_object('category', CASE WHEN d.id %% 10 = 0 THEN 'rare' ELSE 'common' END, "
+        "'half', d.id %% 2), "
+        "to_tsvector('english', d.content), kb.tsvector_length(to_tsvector('english', d.content)) "
+        "FROM kb.document d WHERE d.kb_id = %s AND NOT EXISTS "
+        "(SELECT 1 FROM kb.chunk c WHERE c.document_id = d.id)",
+        (ix, kb_id),
+    )
+
+
 def build_synthetic_kb(
     conn: Any, name: str, n_chunks: int, dim: int = 384, with_vectors: bool = True, seed: int = 0
 ) -> int:
@@ -155,22 +177,7 @@ def build_synthetic_kb(
         picks = rng.integers(0, len(sentences), size=(n, 3))
         texts = [" ".join(sentences[j] for j in row) for row in picks]
         with conn.transaction():
-            with conn.cursor().copy(
-                "COPY kb.document (kb_id, title, content, content_hash, status, chunk_count) "
-                "FROM STDIN"
-            ) as cp:
-                for i, t in enumerate(texts):
-                    cp.write_row((kb_id, f"syn{start + i}", t, f"h{start + i}", "ready", 1))
-            conn.execute(
-                "INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, "
-                "char_start, char_end, metadata, tsv, doc_len) "
-                "SELECT %s, d.id, 0, d.content, 0, 0, length(d.content), "
-                "jsonb_build_object('category', CASE WHEN d.id %% 10 = 0 THEN 'rare' ELSE 'common' END), "
-                "to_tsvector('english', d.content), kb.tsvector_length(to_tsvector('english', d.content)) "
-                "FROM kb.document d WHERE d.kb_id = %s AND NOT EXISTS "
-                "(SELECT 1 FROM kb.chunk c WHERE c.document_id = d.id)",
-                (ix, kb_id),
-            )
+            copy_chunks(conn, kb_id, ix, texts, start)
             if with_vectors:
                 ids = [
                     r[0]

@@ -152,6 +152,8 @@ DECLARE
   v_terms  text[];
   v_idf    double precision[];
   v_rest   double precision[];  -- v_rest[i]: the bounds of terms i..m summed
+  v_df     bigint[];
+  v_dfsum  bigint[];            -- v_dfsum[i]: the postings of terms 1..i
   v_m      integer;
   v_e      integer := 1;
   v_ids    bigint[];
@@ -164,9 +166,10 @@ BEGIN
   SELECT i.n_chunks, i.total_len::double precision / greatest(i.n_chunks, 1)
     INTO v_n, v_avgdl FROM kb.kb_index i WHERE i.id = bm25_search.index_id;
   SELECT array_agg(t.lexeme ORDER BY t.idf DESC, t.lexeme),
-         array_agg(t.idf ORDER BY t.idf DESC, t.lexeme)
-    INTO v_terms, v_idf
-    FROM (SELECT ts.lexeme, ln(1 + (v_n - ts.df + 0.5) / (ts.df + 0.5)) AS idf
+         array_agg(t.idf ORDER BY t.idf DESC, t.lexeme),
+         array_agg(t.df ORDER BY t.idf DESC, t.lexeme)
+    INTO v_terms, v_idf, v_df
+    FROM (SELECT ts.lexeme, ts.df::bigint AS df, ln(1 + (v_n - ts.df + 0.5) / (ts.df + 0.5)) AS idf
             FROM kb.term_stat ts
            WHERE ts.index_id = bm25_search.index_id AND ts.df > 0
              AND ts.lexeme = ANY (kb.query_lexemes(bm25_search.index_id, query))) t;
@@ -174,9 +177,16 @@ BEGIN
   IF v_m = 0 THEN
     RETURN;
   END IF;
-  SELECT array_agg(coalesce((SELECT sum(x) FROM unnest(v_idf[i:v_m]) x), 0) * (k1 + 1) ORDER BY i)
-    INTO v_rest FROM generate_series(1, v_m + 1) i;
+  SELECT array_agg(coalesce((SELECT sum(x) FROM unnest(v_idf[i:v_m]) x), 0) * (k1 + 1) ORDER BY i),
+         array_agg((SELECT sum(x) FROM unnest(v_df[1:least(i, v_m)]) x)::bigint ORDER BY i)
+    INTO v_rest, v_dfsum FROM generate_series(1, v_m + 1) i;
   LOOP
+    -- Pruning reads the essential terms' postings, then every posting of each candidate
+    -- (at most the essential postings, about avgdl each); when that is no less than reading
+    -- all the query's postings, score them all at once (e = m: the exhaustive path).
+    IF v_e < v_m AND v_dfsum[v_e] * (1 + v_avgdl) >= v_dfsum[v_m] THEN
+      v_e := v_m;
+    END IF;
     WITH terms AS (
       SELECT t.lexeme, t.idf, t.n <= v_e AS essential
       FROM unnest(v_terms, v_idf) WITH ORDINALITY t(lexeme, idf, n)

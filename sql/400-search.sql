@@ -2,7 +2,7 @@
 
 CREATE OR REPLACE FUNCTION kb.vector_search(index_id bigint, query_embedding real[],
                                             top_k integer DEFAULT 10, filter jsonb DEFAULT NULL,
-                                            ef_search integer DEFAULT 100)
+                                            ef_search integer DEFAULT /*@ef_search*/200/*@*/)
 RETURNS TABLE (chunk_id bigint, similarity double precision)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp

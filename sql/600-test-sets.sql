@@ -196,10 +196,7 @@ DECLARE
   v_kb kb.knowledge_base := kb._get_kb_for_write(set_document_usage_mode.kb);
   v_id bigint;
 BEGIN
-  IF usage_mode IS NULL OR usage_mode NOT IN (/*@usage_modes*/'rag', 'system', 'policy'/*@*/) THEN
-    RAISE EXCEPTION 'usage_mode must be rag, system or policy, not %', coalesce(quote_literal(usage_mode), 'NULL')
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  PERFORM kb._check_document_args(title, '{}', usage_mode);
   UPDATE kb.document d SET usage_mode = set_document_usage_mode.usage_mode, updated_at = now()
    WHERE d.kb_id = v_kb.id AND d.title = set_document_usage_mode.title
   RETURNING d.id INTO v_id;

@@ -323,17 +323,8 @@ async def save_set(request: Request) -> Response:
     lab = _lab(request)
     kb, name = _str(data, "kb"), _str(data, "name")
     queries = testsets.parse_lines(_str(data, "queries"))
-    with lab.connect() as conn:
-        try:
-            with conn.transaction():
-                conn.execute("SELECT kb.create_test_set(%s, %s, %s)",
-                             (kb, name, data.get("description") or ""))
-                for q, expected in queries:
-                    conn.execute("SELECT kb.add_test_query(%s, %s, %s, %s)",
-                                 (kb, name, q, expected))
-        except psycopg.Error as exc:
-            raise LabError.from_db(exc) from None
-    return JSONResponse({"name": name, "queries": len(queries)})
+    count = testsets.save(lab.connect, kb, name, data.get("description") or "", queries)
+    return JSONResponse({"name": name, "queries": count})
 
 
 async def import_beir(request: Request) -> Response:

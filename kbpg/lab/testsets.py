@@ -52,15 +52,23 @@ def import_beir(
     rows = [(q, e) for q, e in rows if e][: limit or None]
     if not rows:
         raise LabError(f"{folder} has no {split} queries with relevant documents")
+    return save(connect, kb, name, f"BEIR {data.name}, {split} split", rows)
+
+
+def save(
+    connect: Callable[[], Any],
+    kb: str,
+    name: str,
+    description: str,
+    rows: list[tuple[str, list[str]]],
+) -> int:
+    """A new test set with its queries, in one transaction (all or nothing)."""
     import psycopg
 
     with connect() as conn:
         try:
             with conn.transaction():
-                conn.execute(
-                    "SELECT kb.create_test_set(%s, %s, %s)",
-                    (kb, name, f"BEIR {data.name}, {split} split"),
-                )
+                conn.execute("SELECT kb.create_test_set(%s, %s, %s)", (kb, name, description))
                 with conn.cursor() as cur:
                     cur.executemany(
                         "SELECT kb.add_test_query(%s, %s, %s, %s)",
