@@ -47,6 +47,9 @@ class FakeProvider:
         self.chat_times: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.embed_delay = 0.0  # seconds each embedding answer takes
+        self.embed_in_flight = 0
+        self.embed_max_in_flight = 0
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -107,6 +110,13 @@ class FakeProvider:
         with self.lock:
             self.embedding_calls += 1
             self.embedded_texts.extend(inputs)
+            self.embed_in_flight += 1
+            self.embed_max_in_flight = max(self.embed_max_in_flight, self.embed_in_flight)
+        try:
+            time.sleep(self.embed_delay)
+        finally:
+            with self.lock:
+                self.embed_in_flight -= 1
         data = [
             {"object": "embedding", "index": i, "embedding": hashed_vector(t, self.dim)}
             for i, t in enumerate(inputs)

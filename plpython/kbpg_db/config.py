@@ -388,6 +388,9 @@ class IndexingConfig(_Strict):
     )
     batch_tokens: int = Field(250_000, ge=100, le=2_000_000)
     batch_size: int = Field(64, ge=1, le=4096)
+    # Remote providers: batches of one document in flight at once (seed 004 embeds in
+    # parallel); the local model uses the server's cores instead.
+    embedding_concurrency: int = Field(4, ge=1, le=32)
     max_retries: int = Field(5, ge=0, le=20)
     request_timeout_s: float = Field(60.0, gt=0, le=3600)
     text_search_config: str = Field("english", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")

@@ -163,45 +163,63 @@ def call_with_retries(fn: Any, max_retries: int, what: str) -> Any:
 
 
 def embed_remote(cfg: IndexingConfig, texts: list[str], api_key: str | None) -> Embeddings:
-    """Embed through litellm, batched by token budget, with retries."""
+    """Embed through litellm, batched by token budget, with retries; up to
+    ``embedding_concurrency`` batches in flight at once."""
     litellm = import_litellm()
     vectors: list[list[float]] = [[] for _ in texts]
-    total_tokens = 0
-    cost = 0.0
-    cost_known = True
-    calls = 0
-    for group in _batches(texts, cfg.batch_tokens, cfg.batch_size):
-        kwargs: dict[str, Any] = {
-            "model": cfg.embedding_model,
-            "input": [texts[i] for i in group],
-            "timeout": cfg.request_timeout_s,
-        }
-        if cfg.api_base:
-            kwargs["api_base"] = cfg.api_base
-        if api_key:
-            kwargs["api_key"] = api_key
-        if cfg.embedding_dimensions and cfg.embedding_model.startswith("openai/text-embedding-3"):
-            kwargs["dimensions"] = cfg.embedding_dimensions
-        response = call_with_retries(
-            lambda kw=kwargs: litellm.embedding(**kw), cfg.max_retries, f"{cfg.embedding_model}"
-        )
-        calls += 1
-        data = sorted(response.data, key=lambda d: d["index"])
-        if len(data) != len(group):
-            raise RuntimeError(
-                f"{cfg.embedding_model} returned {len(data)} vectors for {len(group)} inputs"
+    groups = _batches(texts, cfg.batch_tokens, cfg.batch_size)
+    workers = min(cfg.embedding_concurrency, len(groups))
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(
+                pool.map(lambda g: _embed_batch(litellm, cfg, texts, g, api_key), groups)
             )
-        for i, item in zip(group, data, strict=True):
-            vectors[i] = list(item["embedding"])
-        usage = getattr(response, "usage", None)
-        used = getattr(usage, "prompt_tokens", None) or sum(tokens.count(texts[i]) for i in group)
-        total_tokens += int(used)
-        try:
-            prompt_cost, _ = litellm.cost_per_token(model=cfg.embedding_model, prompt_tokens=used)
-            cost += float(prompt_cost)
-        except Exception:
-            cost_known = False
-    return Embeddings(vectors, total_tokens, cost if cost_known else None, calls)
+    else:
+        parts = [_embed_batch(litellm, cfg, texts, g, api_key) for g in groups]
+    total_tokens = 0
+    cost: float | None = 0.0
+    for group, (got, used, spent) in zip(groups, parts, strict=True):
+        for i, vec in zip(group, got, strict=True):
+            vectors[i] = vec
+        total_tokens += used
+        cost = None if cost is None or spent is None else cost + spent
+    return Embeddings(vectors, total_tokens, cost, len(groups))
+
+
+def _embed_batch(
+    litellm: Any, cfg: IndexingConfig, texts: list[str], group: list[int], api_key: str | None
+) -> tuple[list[list[float]], int, float | None]:
+    """One provider call: the batch's vectors in order, tokens used and cost (None if the
+    provider's price is unknown)."""
+    kwargs: dict[str, Any] = {
+        "model": cfg.embedding_model,
+        "input": [texts[i] for i in group],
+        "timeout": cfg.request_timeout_s,
+    }
+    if cfg.api_base:
+        kwargs["api_base"] = cfg.api_base
+    if api_key:
+        kwargs["api_key"] = api_key
+    if cfg.embedding_dimensions and cfg.embedding_model.startswith("openai/text-embedding-3"):
+        kwargs["dimensions"] = cfg.embedding_dimensions
+    response = call_with_retries(
+        lambda kw=kwargs: litellm.embedding(**kw), cfg.max_retries, f"{cfg.embedding_model}"
+    )
+    data = sorted(response.data, key=lambda d: d["index"])
+    if len(data) != len(group):
+        raise RuntimeError(
+            f"{cfg.embedding_model} returned {len(data)} vectors for {len(group)} inputs"
+        )
+    usage = getattr(response, "usage", None)
+    used = getattr(usage, "prompt_tokens", None) or sum(tokens.count(texts[i]) for i in group)
+    try:
+        prompt_cost, _ = litellm.cost_per_token(model=cfg.embedding_model, prompt_tokens=used)
+        spent: float | None = float(prompt_cost)
+    except Exception:
+        spent = None
+    return [list(item["embedding"]) for item in data], int(used), spent
 
 
 def embed(

@@ -16,7 +16,7 @@ import pytest
 
 from kbpg.client import Client
 from kbpg.cluster import Cluster
-from tests.fakeprovider import FakeProvider
+from tests.fakeprovider import FakeProvider, hashed_vector
 from tests.helpers import allow_fake_key, remote_kb, run_worker
 
 MARKDOWN = """# Installation
@@ -125,6 +125,37 @@ def test_remote_embeddings_batch_and_retry(
     assert len(provider.embedded_texts) == n_chunks
     doc = client.document_status("r")[0]
     assert doc["status"] == "ready" and doc["tokens_embedded"] > 0
+
+
+def test_remote_batches_in_flight_at_once(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """A document's batches go to the provider several at a time (embedding_concurrency,
+    counted at the server), and every chunk still gets its own text's vector."""
+    remote_kb(client, conn, provider, "par", chunk_size=30, chunk_overlap=0, batch_size=2,
+              embedding_concurrency=3)
+    remote_kb(client, conn, provider, "seq", chunk_size=30, chunk_overlap=0, batch_size=2,
+              embedding_concurrency=1)
+    text = " ".join(f"word{i}" for i in range(400))
+    provider.embed_delay = 0.3
+    client.add_text("par", "long", text)
+    run_worker(conn.info.dsn)
+    assert provider.embed_max_in_flight == 3
+    provider.embed_max_in_flight = 0
+    client.add_text("seq", "long", text)
+    run_worker(conn.info.dsn)
+    assert provider.embed_max_in_flight == 1
+    rows = conn.execute(
+        "SELECT c.content, e.embedding::real[] FROM kb.chunk c JOIN kb.embedding e "
+        "ON e.chunk_id = c.id JOIN kb.knowledge_base k ON k.active_index_id = c.index_id "
+        "WHERE k.name = 'par' ORDER BY c.ordinal"
+    ).fetchall()
+    assert len(rows) > 6  # more batches than in flight at once
+    for content, vec in rows:
+        want = hashed_vector(content, provider.dim)
+        assert max(abs(a - b) for a, b in zip(vec, want, strict=True)) < 1e-5
+    assert client.document_status("par")[0]["tokens_embedded"] == client.document_status(
+        "seq")[0]["tokens_embedded"]
 
 
 def test_api_key_is_required_and_never_stored(
