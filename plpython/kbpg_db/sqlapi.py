@@ -561,9 +561,9 @@ def convert_document(plpy: Any, document_id: int) -> str | None:
         return None  # the original was dropped after its first conversion
     else:
         return f'document "{d["title"]}": its original file is not stored; add it again'
+    # The server's own Python (PL/Python's), never a path a session could set: the child
+    # runs as the server's OS user.
     python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
-    row = plpy.execute("SELECT current_setting('kb.python_executable', true) AS v")
-    python = (row[0]["v"] if row else None) or python
     try:
         out = convert.run_isolated(request, data, limits, python)
     except convert.ConvertError as exc:
