@@ -16,6 +16,7 @@ with a message that names what is wrong.
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -84,22 +85,6 @@ FORMATS: dict[str, str] = {
     ".markdown": "markdown",
     ".txt": "text",
 }
-MEDIA_TYPES = {
-    "pdf": "application/pdf",
-    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-    "xls": "application/vnd.ms-excel",
-    "html": "text/html",
-    "csv": "text/csv",
-    "json": "application/json",
-    "epub": "application/epub+zip",
-    "ipynb": "application/x-ipynb+json",
-    "rss": "application/rss+xml",
-    "markdown": "text/markdown",
-    "text": "text/plain",
-}
-ZIP_FORMATS = ("docx", "pptx", "xlsx", "epub")
 # MarkItDown's markdownify options: data: images kept (media extraction takes them out),
 # underscores not escaped (shared_buffers, pg_dump stay one searchable identifier;
 # CommonMark reads no emphasis inside a word).
@@ -391,14 +376,12 @@ def convert_pptx(data: bytes, limits: Limits) -> Converted:
     md = res.markdown or ""
     marks = list(_SLIDE.finditer(md))
     parts: list[str] = []
-    pages: list[int] = []
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(md)
         body = md[m.end() : end].strip()
         if not body.startswith("# "):
             body = f"# Slide {m.group(1)}\n\n{body}".rstrip()
         parts.append(body)
-        pages.append(int(m.group(1)))
     if not marks:
         return Converted(md, "pptx", None, {"slides": 0})
     content = ""
@@ -811,8 +794,6 @@ def run_isolated(
     result = json.loads(out)
     if not result.get("ok"):
         raise ConvertError(result["error"], result.get("hint"))
-    import base64
-
     file = base64.b64decode(result["file"]) if result.get("file") else None
     return Converted(
         result["content"], result["format"], result.get("page_starts"), result.get("meta") or {},
@@ -823,8 +804,6 @@ def run_isolated(
 def main() -> None:
     """The child's side: a JSON header line, then the file's bytes, on stdin; the result
     as one JSON object on stdout."""
-    import base64
-
     sys.setrecursionlimit(5000)
     raw = sys.stdin.buffer.read()
     line, _, data = raw.partition(b"\n")
