@@ -505,7 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true")
     b.add_argument("--output", default="bench/results/latest.json")
     b.add_argument("--only", help="comma-separated groups: quality, bm25, hybrid, hnsw, rls, "
-                   "graph, docs, codegraph, ingest, startup")
+                   "graph, docs, codegraph, ingest, startup; and scale (the 1M-chunk point, about an "
+                   "hour to build; not in the default run)")
     b.set_defaults(func=cmd_bench)
 
     sub.add_parser("demo", help="index the sample corpus and run a few searches").set_defaults(

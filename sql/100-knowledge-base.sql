@@ -25,6 +25,13 @@ LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$ SELECT * FROM kb.kb_index WHERE id = v_kb.active_index_id $$;
 
+CREATE OR REPLACE FUNCTION kb._index_kb(p_index_id bigint) RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT kb_id FROM kb.kb_index WHERE id = p_index_id $$;
+COMMENT ON FUNCTION kb._index_kb(bigint) IS
+  'Internal: the knowledge base an index generation belongs to (the kb_id its rows carry).';
+
 CREATE OR REPLACE FUNCTION kb._vector_type(dim integer) RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp

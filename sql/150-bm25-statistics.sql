@@ -28,14 +28,14 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM kb._lock_index_stats(ARRAY(SELECT DISTINCT index_id FROM new_chunks));
-  INSERT INTO kb.posting (index_id, lexeme, chunk_id, tf, dl)
-  SELECT n.index_id, u.lexeme, n.id, coalesce(array_length(u.positions, 1), 1), n.doc_len
+  INSERT INTO kb.posting (index_id, lexeme, chunk_id, kb_id, tf, dl)
+  SELECT n.index_id, u.lexeme, n.id, n.kb_id, coalesce(array_length(u.positions, 1), 1), n.doc_len
   FROM new_chunks n, unnest(n.tsv) u;
-  INSERT INTO kb.term_stat AS t (index_id, lexeme, df)
-  SELECT n.index_id, u.lexeme, count(*)
+  INSERT INTO kb.term_stat AS t (index_id, lexeme, kb_id, df)
+  SELECT n.index_id, u.lexeme, n.kb_id, count(*)
   FROM new_chunks n, unnest(n.tsv) u
-  GROUP BY 1, 2 ORDER BY 1, 2
-  ON CONFLICT (index_id, lexeme) DO UPDATE SET df = t.df + EXCLUDED.df;
+  GROUP BY 1, 2, 3 ORDER BY 1, 2
+  ON CONFLICT (index_id, lexeme, kb_id) DO UPDATE SET df = t.df + EXCLUDED.df;
   UPDATE kb.kb_index i
      SET n_chunks = i.n_chunks + s.n, total_len = i.total_len + s.len
     FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM new_chunks GROUP BY 1) s

@@ -36,7 +36,7 @@ AS $$
                             'application/octet-stream') END,
          p_file, p_sha256, octet_length(p_file)
   WHERE p_file IS NOT NULL
-  ON CONFLICT (document_id) DO UPDATE
+  ON CONFLICT (document_id, kb_id) DO UPDATE
     SET file_name = EXCLUDED.file_name, media_type = EXCLUDED.media_type, data = EXCLUDED.data,
         sha256 = EXCLUDED.sha256, byte_size = EXCLUDED.byte_size, stored_at = now()
 $$;

@@ -297,15 +297,15 @@ BEGIN
     SELECT c.*, kb.text_tsvector(v_ix.indexing_config, c.embed_text) AS tsv
     FROM unnest(v_res.chunks) c
   ), ins AS (
-    INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, heading_path,
-                          page, char_start, char_end, metadata, tsv, doc_len)
-    SELECT v_ix.id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
+    INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count,
+                          heading_path, page, char_start, char_end, metadata, tsv, doc_len)
+    SELECT v_ix.id, v_ix.kb_id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
            p.char_start, p.char_end, v_doc.metadata, p.tsv, kb.tsvector_length(p.tsv)
     FROM payload p
     RETURNING id, ordinal
   ), vec AS (
-    INSERT INTO kb.embedding (chunk_id, index_id, embedding)
-    SELECT ins.id, v_ix.id, p.embedding::vector
+    INSERT INTO kb.embedding (chunk_id, index_id, kb_id, embedding)
+    SELECT ins.id, v_ix.id, v_ix.kb_id, p.embedding::vector
     FROM ins JOIN payload p USING (ordinal)
     WHERE p.embedding IS NOT NULL
   )

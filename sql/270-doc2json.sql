@@ -7,9 +7,9 @@ LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   -- The document's old row went with its old chunk (ON DELETE CASCADE).
-  INSERT INTO kb.doc2json_document (index_id, document_id, chunk_id, fields, summary, sources,
-                                    errors, windows, mode)
-  VALUES (p_index_id, p_document_id, (p_chunk_ids->>'0')::bigint, p_artifacts->'fields',
+  INSERT INTO kb.doc2json_document (index_id, kb_id, document_id, chunk_id, fields, summary,
+                                    sources, errors, windows, mode)
+  VALUES (p_index_id, kb._index_kb(p_index_id), p_document_id, (p_chunk_ids->>'0')::bigint, p_artifacts->'fields',
           p_artifacts->>'summary', p_artifacts->'sources', p_artifacts->'errors',
           p_artifacts->'windows', p_artifacts->>'mode')
 $$;

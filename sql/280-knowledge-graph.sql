@@ -13,10 +13,10 @@ BEGIN
   -- The document's previous graph in this generation (its edges cascade).
   DELETE FROM kb.graph_node WHERE index_id = p_index_id AND document_id = p_document_id;
   WITH ins AS (
-    INSERT INTO kb.graph_node (index_id, document_id, local_id, graph, kind, name,
+    INSERT INTO kb.graph_node (index_id, kb_id, document_id, local_id, graph, kind, name,
                                qualified_name, path, module, language, member_of, start_line,
                                end_line, chunk_id, properties, embedding)
-    SELECT p_index_id, p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
+    SELECT p_index_id, kb._index_kb(p_index_id), p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
            n->>'name', n->>'qualified_name', n->>'path', n->>'module', n->>'language',
            n->>'member_of', (n->>'start_line')::integer, (n->>'end_line')::integer,
            (p_chunk_ids->>(n->>'chunk'))::bigint, coalesce(n->'properties', '{}'),
@@ -25,10 +25,10 @@ BEGIN
     RETURNING id, local_id
   )
   SELECT coalesce(jsonb_object_agg(local_id::text, id), '{}') INTO v_ids FROM ins;
-  INSERT INTO kb.graph_edge (index_id, document_id, source_id, kind, target_id, target_name,
-                             target_modules, qualifier, line, confidence, resolution, label,
-                             chunk_id)
-  SELECT p_index_id, p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
+  INSERT INTO kb.graph_edge (index_id, kb_id, document_id, source_id, kind, target_id,
+                             target_name, target_modules, qualifier, line, confidence,
+                             resolution, label, chunk_id)
+  SELECT p_index_id, kb._index_kb(p_index_id), p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
          (v_ids->>(e->>'target'))::bigint, e->>'target_name',
          coalesce(ARRAY(SELECT jsonb_array_elements_text(e->'target_modules')), '{}'),
          e->>'qualifier', (e->>'line')::integer,
@@ -37,9 +37,9 @@ BEGIN
          e->>'label', (p_chunk_ids->>(e->>'chunk'))::bigint
   FROM jsonb_array_elements(coalesce(p_graph->'edges', '[]')) AS e;
   -- Entity merge decisions (kept across documents; a pair decided once, a key merged once).
-  INSERT INTO kb.graph_entity_merge (index_id, key, other_key, merged, decided_by, reason,
-                                     similarity)
-  SELECT p_index_id, m->>'key', m->>'other_key', (m->>'merged')::boolean, m->>'decided_by',
+  INSERT INTO kb.graph_entity_merge (index_id, kb_id, key, other_key, merged, decided_by,
+                                     reason, similarity)
+  SELECT p_index_id, kb._index_kb(p_index_id), m->>'key', m->>'other_key', (m->>'merged')::boolean, m->>'decided_by',
          m->>'reason', (m->>'similarity')::real
   FROM jsonb_array_elements(coalesce(p_graph->'merges', '[]')) AS m
   ON CONFLICT DO NOTHING;
@@ -58,11 +58,11 @@ CREATE OR REPLACE FUNCTION kb._communities_stale(p_index_ids bigint[]) RETURNS v
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  INSERT INTO kb.graph_community_state AS s (index_id, stale)
-  SELECT DISTINCT i, true FROM unnest(p_index_ids) i
-   WHERE EXISTS (SELECT 1 FROM kb.kb_index ix WHERE ix.id = i
-                  AND coalesce((ix.indexing_config->'knowledge_graph'->>'communities')::boolean, false))
-  ON CONFLICT (index_id) DO UPDATE SET stale = true
+  INSERT INTO kb.graph_community_state AS s (index_id, kb_id, stale)
+  SELECT ix.id, ix.kb_id, true FROM kb.kb_index ix
+   WHERE ix.id = ANY (p_index_ids)
+     AND coalesce((ix.indexing_config->'knowledge_graph'->>'communities')::boolean, false)
+  ON CONFLICT (index_id, kb_id) DO UPDATE SET stale = true
 $$;
 COMMENT ON FUNCTION kb._communities_stale(bigint[]) IS
   'Internal: marks generations whose entities changed, where communities are on.';
@@ -326,6 +326,8 @@ RETURNS TABLE (class text, kind text, name text, qualified_name text, path text,
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+  -- Its own statement: the check runs even where the query below reads no row.
+  SELECT kb._graph_index(graph_members.kb);
   WITH ix AS (SELECT kb._graph_index(graph_members.kb) AS id),
   cls AS (
     SELECT c.* FROM ix, kb._graph_symbol(ix.id, class_name,
@@ -473,6 +475,7 @@ RETURNS TABLE (path text, line integer, import text, resolved_path text, resolut
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+  SELECT kb._graph_index(graph_imports.kb);  -- the check, even where nothing is read
   WITH ix AS (SELECT kb._graph_index(graph_imports.kb) AS id),
   f AS (
     SELECT n.id, n.path FROM ix JOIN kb.graph_node n
@@ -494,6 +497,7 @@ RETURNS TABLE (level integer, heading text, heading_path text, line integer, chu
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+  SELECT kb._graph_index(graph_heading_tree.kb);  -- the check, even where nothing is read
   SELECT (n.properties->>'level')::integer, n.name, n.qualified_name, n.start_line, n.chunk_id
     FROM kb.graph_node n
     JOIN kb.document d ON d.id = n.document_id
@@ -740,6 +744,7 @@ RETURNS TABLE (entity text, type text, key text, names text[], documents bigint,
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+  SELECT kb._graph_index(graph_entities.kb);  -- the check, even where nothing is read
   WITH ix AS (SELECT kb._graph_index(graph_entities.kb) AS id),
   hit AS (
     SELECT coalesce(m.other_key, n.qualified_name) AS canonical
@@ -859,18 +864,18 @@ BEGIN
    WHERE c.index_id = v_ix.id
      AND NOT c.signature = ANY (ARRAY(SELECT jsonb_array_elements_text(v_res->'keep')));
   GET DIAGNOSTICS v_removed = ROW_COUNT;
-  INSERT INTO kb.graph_community (index_id, signature, members, names, relations, title,
+  INSERT INTO kb.graph_community (index_id, kb_id, signature, members, names, relations, title,
                                   summary, embedding, tsv, chunk_ids)
-  SELECT v_ix.id, c->>'signature',
+  SELECT v_ix.id, v_ix.kb_id, c->>'signature',
          ARRAY(SELECT jsonb_array_elements_text(c->'members')),
          ARRAY(SELECT jsonb_array_elements_text(c->'names')), (c->>'relations')::integer,
          c->>'title', c->>'summary', (c->>'embedding')::vector,
          kb.text_tsvector(v_ix.indexing_config, (c->>'title') || E'\n\n' || (c->>'summary')),
          ARRAY(SELECT jsonb_array_elements_text(c->'chunk_ids')::bigint)
   FROM jsonb_array_elements(v_res->'new') c;
-  INSERT INTO kb.graph_community_state AS s (index_id, stale, refreshed_at, error)
-  VALUES (v_ix.id, false, now(), NULL)
-  ON CONFLICT (index_id) DO UPDATE SET stale = false, refreshed_at = now(), error = NULL;
+  INSERT INTO kb.graph_community_state AS s (index_id, kb_id, stale, refreshed_at, error)
+  VALUES (v_ix.id, v_ix.kb_id, false, now(), NULL)
+  ON CONFLICT (index_id, kb_id) DO UPDATE SET stale = false, refreshed_at = now(), error = NULL;
   RETURN QUERY SELECT jsonb_array_length(v_res->'keep'), jsonb_array_length(v_res->'new'),
                       jsonb_array_length(v_res->'keep') - jsonb_array_length(v_res->'new'),
                       v_removed;

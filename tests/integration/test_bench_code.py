@@ -41,3 +41,18 @@ def test_synthetic_corpus_and_baselines(conn: psycopg.Connection, scifact: None)
     assert ours
     lat = bench._lat([0.001, 0.002, 0.003])
     assert lat["p50_ms"] == 2.0 and lat["n"] == 3
+
+
+def test_scale_bench_measures_a_small_kb_before_and_beside_a_large_one(
+    dsn: str, scifact: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KBPG_SCALE_CHUNKS", "600")
+    monkeypatch.setenv("KBPG_SCALE_SMALL", "200")
+    out = bench.bench_scale(dsn, quick=True)
+    before, beside, big = out["200_before"], out["200_beside_600"], out["600"]
+    assert before["chunks_in_database"] == 200 and beside["chunks_in_database"] == 800
+    for r in (before, beside, big):
+        assert set(r) == {"chunks_in_database", "hybrid", "full_text", "vector", "parts"}
+        assert r["hybrid"]["p50_ms"] > 0 and r["parts"]["bm25_search_100"]["p50_ms"] > 0
+    again = bench.bench_scale(dsn, quick=True)  # the large KB is reused: no "before"
+    assert "200_before" not in again and "build_seconds" not in again

@@ -164,3 +164,81 @@ def test_migrate_on_a_live_database_never_breaks_searches(dsn: str) -> None:
             for t in threads:
                 t.join()
     assert not errors, errors[0]
+
+
+# Tables that hold no knowledge base's rows: replicated whole under Citus (README, "Beyond
+# one machine"). Every other table is per-KB and must pass the checks below.
+REFERENCE_TABLES = {
+    "knowledge_base", "kb_share", "team", "team_member", "setting", "llm_call", "migration",
+    "version",
+}
+
+
+def test_every_per_kb_table_is_keyed_by_kb_id(conn: psycopg.Connection) -> None:
+    """The invariant that lets each per-KB table be distributed by kb_id and co-located:
+    kb_id is a NOT NULL column, in the primary key, in every unique index, and on both
+    sides of every foreign key between per-KB tables."""
+    tables = {
+        name: has_kb_id
+        for name, has_kb_id in conn.execute(
+            "SELECT c.relname, EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid "
+            "AND a.attname = 'kb_id' AND a.attnotnull AND NOT a.attisdropped) "
+            "FROM pg_class c WHERE c.relnamespace = 'kb'::regnamespace AND c.relkind IN ('r', 'p')"
+        )
+    }
+    per_kb = set(tables) - REFERENCE_TABLES
+    assert REFERENCE_TABLES <= set(tables)
+    assert {"chunk", "embedding", "posting", "term_stat", "graph_node", "page_index_node"} <= per_kb
+    assert [t for t in sorted(per_kb) if not tables[t]] == [], "per-KB tables without kb_id"
+    # Primary keys and unique indexes (constraints and plain unique indexes alike).
+    unique = conn.execute(
+        "SELECT c.relname, i.indexrelid::regclass::text, i.indisprimary, "
+        "ARRAY(SELECT a.attname FROM pg_attribute a WHERE a.attrelid = c.oid "
+        "      AND a.attnum = ANY (i.indkey::int2[])) "
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
+        "WHERE c.relnamespace = 'kb'::regnamespace AND i.indisunique"
+    ).fetchall()
+    with_pk = {t for t, _, primary, _ in unique if primary}
+    assert sorted(per_kb - with_pk) == [], "per-KB tables without a primary key"
+    bad = [(t, ix) for t, ix, _, cols in unique if t in per_kb and "kb_id" not in cols]
+    assert bad == [], f"unique keys without kb_id: {bad}"
+    # Foreign keys: between per-KB tables, kb_id pairs with kb_id.
+    fks = conn.execute(
+        "SELECT f.conname, c.relname, r.relname, "
+        "ARRAY(SELECT a.attname FROM unnest(f.conkey) WITH ORDINALITY k(n, o) "
+        "      JOIN pg_attribute a ON a.attrelid = f.conrelid AND a.attnum = k.n ORDER BY k.o), "
+        "ARRAY(SELECT a.attname FROM unnest(f.confkey) WITH ORDINALITY k(n, o) "
+        "      JOIN pg_attribute a ON a.attrelid = f.confrelid AND a.attnum = k.n ORDER BY k.o) "
+        "FROM pg_constraint f JOIN pg_class c ON c.oid = f.conrelid "
+        "JOIN pg_class r ON r.oid = f.confrelid "
+        "WHERE f.contype = 'f' AND f.connamespace = 'kb'::regnamespace"
+    ).fetchall()
+    checked = 0
+    for name, child, parent, cols, ref_cols in fks:
+        if child in per_kb and parent in per_kb:
+            pairs = dict(zip(cols, ref_cols, strict=True))
+            assert pairs.get("kb_id") == "kb_id", f"{child}.{name} does not pair kb_id"
+            checked += 1
+        # A reference table may point at a per-KB one only where the README's Citus steps
+        # drop the key first (the active generation of a KB).
+        if child in REFERENCE_TABLES and parent in per_kb:
+            assert name == "knowledge_base_active_index_fk", name
+    assert checked >= 30
+
+
+def test_readme_distributes_exactly_the_per_kb_tables(conn: psycopg.Connection) -> None:
+    import re
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    distributed = set(re.findall(r"create_distributed_table\('kb\.(\w+)', 'kb_id'", readme))
+    reference = set(re.findall(r"create_reference_table\('kb\.(\w+)'\)", readme))
+    tables = {
+        r[0]
+        for r in conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'kb'::regnamespace "
+            "AND relkind IN ('r', 'p')"
+        )
+    }
+    assert reference == REFERENCE_TABLES
+    assert distributed == tables - REFERENCE_TABLES
+    assert "DROP CONSTRAINT knowledge_base_active_index_fk" in readme

@@ -26,19 +26,19 @@ def _fill(conn: psycopg.Connection, dim: int) -> np.ndarray:
             (ix[1], N - 1),
         )
         conn.execute(
-            "INSERT INTO kb.chunk (index_id, document_id, ordinal, content, token_count, char_start,"
-            " char_end, metadata, tsv, doc_len) "
-            "SELECT %s, d.id, 0, d.content, 2, 0, 8, jsonb_build_object('category', "
+            "INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count,"
+            " char_start, char_end, metadata, tsv, doc_len) "
+            "SELECT %s, d.kb_id, d.id, 0, d.content, 2, 0, 8, jsonb_build_object('category', "
             "CASE WHEN d.id %% 10 = 0 THEN 'rare' ELSE 'common' END), to_tsvector(d.content), 2 "
             "FROM kb.document d ORDER BY d.id",
             (ix[0],),
         )
         ids = [r[0] for r in conn.execute("SELECT id FROM kb.chunk ORDER BY document_id")]
         with conn.cursor().copy(
-            "COPY kb.embedding (chunk_id, index_id, embedding) FROM STDIN"
+            "COPY kb.embedding (chunk_id, index_id, kb_id, embedding) FROM STDIN"
         ) as cp:
             for cid, v in zip(ids, vecs, strict=True):
-                cp.write_row((cid, ix[0], "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
+                cp.write_row((cid, ix[0], ix[1], "[" + ",".join(f"{x:.6f}" for x in v) + "]"))
     conn.execute("ANALYZE kb.embedding; ANALYZE kb.chunk")
     return vecs
 
