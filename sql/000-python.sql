@@ -52,6 +52,21 @@ BEGIN
 END
 $$;
 
+-- Placeholder settings (kb.*) are never listed in pg_settings, and any user may SET them
+-- or ALTER ROLE ... SET them for itself: what the server's own configuration files say
+-- is read here, as the schema's owner.
+CREATE OR REPLACE FUNCTION kb._server_setting(p_name text) RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT f.setting FROM pg_file_settings f
+  WHERE f.name = p_name AND p_name LIKE 'kb.%' AND f.applied AND f.error IS NULL
+  ORDER BY f.seqno DESC LIMIT 1
+$$;
+COMMENT ON FUNCTION kb._server_setting(text) IS
+  'Internal: a kb.* setting as the server''s configuration files (postgresql.conf, ALTER '
+  'SYSTEM) apply it, whatever a session, role or database set; NULL where they do not.';
+
 CREATE OR REPLACE FUNCTION kb.python_init() RETURNS void
 LANGUAGE plpython3u
 SET search_path = kb, pg_catalog, pg_temp
@@ -60,7 +75,17 @@ import os, sys
 if GD.get("kbpg_ready"):
     return
 rows = plpy.execute("SELECT current_setting('kb.python_path', true) AS p, "
-                    "current_setting('kb.onnx_threads', true) AS t")
+                    "current_setting('kb.onnx_threads', true) AS t, "
+                    "kb._server_setting('kb.python_path') AS s")
+# Code on this path runs as the server's OS user: only the server's own configuration
+# may name it, never a session, role or database setting that any user can make.
+if (rows[0]["p"] or None) != (rows[0]["s"] or None):
+    plpy.error("kb.python_path is read only from the server's configuration "
+               "(postgresql.conf or ALTER SYSTEM)",
+               detail="this session has %r; the configuration files have %r"
+                      % (rows[0]["p"], rows[0]["s"]),
+               hint="RESET kb.python_path, or remove it from ALTER ROLE/DATABASE ... SET",
+               sqlstate="KB002")
 path = rows[0]["p"] or "/usr/local/lib/kbpg/python%d.%d" % sys.version_info[:2]
 for entry in reversed([p for p in path.split(":") if p]):
     if entry not in sys.path:

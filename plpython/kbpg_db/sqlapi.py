@@ -477,18 +477,26 @@ CONVERT_SETTINGS = {
 
 
 def convert_limits(plpy: Any) -> Any:
-    """The conversion limits, from the kb.* settings where they are set."""
+    """The conversion limits, from the kb.* settings where they are set. A session, role or
+    database setting (which any user can make for itself) may lower a limit, never raise
+    it above the default: that takes postgresql.conf or ALTER SYSTEM."""
     from kbpg_db.convert import Limits
 
     names = list(CONVERT_SETTINGS)
     row = plpy.execute(
         "SELECT " + ", ".join(f"current_setting('{n}', true) AS c{i}" for i, n in enumerate(names))
     )[0]
+    # What the server's configuration files say (kb._server_setting): a session, role or
+    # database value above both that and the default is refused.
+    server = plpy.execute(
+        "SELECT " + ", ".join(f"kb._server_setting('{n}') AS c{i}" for i, n in enumerate(names))
+    )[0]
     limits = Limits()
     for i, name in enumerate(names):
         raw = row[f"c{i}"]
         if not raw:
             continue
+        default = getattr(limits, CONVERT_SETTINGS[name])
         field_name = CONVERT_SETTINGS[name]
         kind = type(getattr(limits, field_name))
         try:
@@ -497,6 +505,21 @@ def convert_limits(plpy: Any) -> Any:
             fail(plpy, f"setting {name} must be a number (got {raw!r})", INVALID_PARAMETER)
         if value <= 0:
             fail(plpy, f"setting {name} must be more than 0 (got {raw})", INVALID_PARAMETER)
+        try:
+            ceiling = max(default, float(server[f"c{i}"] or 0))
+        except ValueError:
+            ceiling = default
+        # (The text's own cap is a storage choice, settable per session as before; the
+        # child process's memory limit still bounds what converting a large file costs.)
+        if value > ceiling and name != "kb.max_document_bytes":
+            fail(
+                plpy,
+                f"setting {name} = {raw} is above the server's {ceiling:g}, and a session, "
+                "role or database setting may only lower it",
+                INVALID_PARAMETER,
+                hint="a session, role or database may only lower this limit; raise it in "
+                "postgresql.conf or with ALTER SYSTEM",
+            )
         setattr(limits, field_name, value)
     return limits
 

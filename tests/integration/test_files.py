@@ -207,6 +207,34 @@ def test_add_file_checks_its_arguments(client: Client, conn: psycopg.Connection)
     assert conn.execute("SELECT count(*) FROM kb.document").fetchone() == (0,)
 
 
+def test_only_the_server_configuration_raises_limits_or_moves_python(
+    client: Client, conn: psycopg.Connection, dsn: str
+) -> None:
+    """Conversion runs as the server's OS user: a session, role or database setting (which
+    any user can make for itself) may lower its limits but not raise them, and may not
+    point PL/Python at other code."""
+    client.create_knowledge_base("lim")
+    doc = conn.execute(
+        "SELECT document_id FROM kb.add_file('lim', 'a.csv', 'a,b\n1,2'::bytea)"
+    ).fetchone()[0]
+    conn.execute("SET kb.convert_memory_mb = '100000'")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+        conn.execute("SELECT kb._convert_document(%s)", (doc,))
+    assert "kb.convert_memory_mb = 100000 is above the server's 2048" in str(err.value)
+    assert "postgresql.conf" in err.value.diag.message_hint
+    conn.execute("SET kb.convert_memory_mb = '512'")  # lower: fine
+    assert conn.execute("SELECT kb._convert_document(%s)", (doc,)).fetchone() == (None,)
+    run_worker(dsn)
+    assert _status(conn, "lim")["a.csv"]["status"] == "ready"
+    with psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("SET kb.python_path = '/tmp'")
+        with pytest.raises(psycopg.Error, match="read only from the server") as bad:
+            other.execute("SELECT kb.python_init()")
+        assert bad.value.sqlstate == "KB002"
+        other.execute("RESET kb.python_path")
+        other.execute("SELECT kb.python_init()")  # the server's own setting
+
+
 def test_reindex_converts_the_kept_original_and_keep_file_false(
     client: Client, conn: psycopg.Connection
 ) -> None:
