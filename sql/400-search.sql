@@ -46,6 +46,20 @@ COMMENT ON FUNCTION kb.vector_search(bigint, real[], integer, jsonb, integer) IS
   'Nearest chunks of an index generation by cosine similarity through its HNSW index, with '
   'iterative scans so a metadata filter still yields top_k rows when they exist.';
 
+CREATE OR REPLACE FUNCTION kb._hybrid_display(p_method text, p_zscore boolean,
+                                              p_fused double precision, p_top double precision)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN p_method <> 'hybrid' THEN p_fused
+              WHEN p_zscore THEN exp(p_fused - p_top)
+              ELSE p_fused / nullif(p_top, 0) END
+$$;
+COMMENT ON FUNCTION kb._hybrid_display(text, boolean, double precision, double precision) IS
+  'Internal: a hybrid result''s score as kb.search shows it, the best 1.0 and the rest in '
+  '(0, 1]: RRF divided by the best, a fused z-score as exp(z - best z).';
+
 CREATE OR REPLACE FUNCTION kb.rrf_fuse(ranks integer[], weights double precision[],
                                        k double precision DEFAULT 60)
 RETURNS double precision
@@ -120,6 +134,7 @@ DECLARE
   v_gw     double precision := 0;
   v_gchunk bigint[];
   v_gpath  text[];
+  v_zscore boolean;
 BEGIN
   v_kb := kb._get_kb(p_kb);
   PERFORM kb._check_query(p_query);
@@ -140,6 +155,7 @@ BEGIN
   v_thr := (v_cfg->>'similarity_threshold')::double precision;
   v_rerank := (v_cfg->>'rerank')::boolean;
   v_ncand := (v_cfg->>'candidate_count')::integer;
+  v_zscore := coalesce(v_cfg->>'fusion', 'rrf') = 'zscore';
   v_depth := CASE WHEN v_method = 'hybrid' THEN greatest((v_cfg->>'fusion_depth')::integer, v_top)
                   ELSE v_top END;
   IF v_rerank THEN
@@ -166,28 +182,44 @@ BEGIN
                                (v_cfg->>'graph_hops')::integer, v_filter, v_prep.embedding) g;
     END IF;
     v_rows := ARRAY(
+      -- z: a candidate's score as standard deviations above its list's mean, for
+      -- fusion zscore (a list whose scores are all equal gives 0).
       WITH v AS (
         SELECT x.chunk_id, x.similarity,
-               row_number() OVER (ORDER BY x.similarity DESC, x.chunk_id)::integer AS rn
+               row_number() OVER (ORDER BY x.similarity DESC, x.chunk_id)::integer AS rn,
+               coalesce((x.similarity - avg(x.similarity) OVER ())
+                        / nullif(stddev_pop(x.similarity) OVER (), 0), 0) AS z
         FROM kb.vector_search(v_ix.id, v_prep.embedding, v_depth, v_filter,
                               (v_cfg->>'ef_search')::integer) x
         WHERE v_method IN ('vector', 'hybrid') AND v_prep.embedding IS NOT NULL
       ), t AS (
         SELECT x.chunk_id, x.score,
-               row_number() OVER (ORDER BY x.score DESC, x.chunk_id)::integer AS rn
+               row_number() OVER (ORDER BY x.score DESC, x.chunk_id)::integer AS rn,
+               coalesce((x.score - avg(x.score) OVER ())
+                        / nullif(stddev_pop(x.score) OVER (), 0), 0) AS z
         FROM kb.bm25_search(v_ix.id, p_query, v_depth, (v_cfg->>'bm25_k1')::double precision,
                             (v_cfg->>'bm25_b')::double precision, v_filter) x
         WHERE v_method IN ('full_text', 'hybrid')
-      ), gr AS (
+      ), gr0 AS (
         SELECT u.chunk_id, u.rn::integer AS rn FROM unnest(v_gchunk) WITH ORDINALITY AS u(chunk_id, rn)
+      ), gr AS (  -- the graph channel has ranks only: 1/rank stands for its score
+        SELECT g.chunk_id, g.rn,
+               coalesce((1.0 / g.rn - avg(1.0 / g.rn) OVER ())
+                        / nullif(stddev_pop(1.0 / g.rn) OVER (), 0), 0)::double precision AS z
+        FROM gr0 g
       ), f AS (
         SELECT coalesce(v.chunk_id, t.chunk_id, gr.chunk_id) AS chunk_id, v.rn AS vrank,
                v.similarity AS vscore, t.rn AS trank, t.score AS tscore,
                CASE v_method
                  WHEN 'vector' THEN v.similarity
                  WHEN 'full_text' THEN t.score
-                 ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn, gr.rn], ARRAY[v_w, 1 - v_w, v_gw],
-                                  (v_cfg->>'rrf_k')::double precision)
+                 ELSE CASE WHEN v_zscore
+                   -- A candidate missing from a list counts as that list's lowest.
+                   THEN v_w * coalesce(v.z, (SELECT min(z) FROM v), 0)
+                        + (1 - v_w) * coalesce(t.z, (SELECT min(z) FROM t), 0)
+                        + v_gw * coalesce(gr.z, (SELECT min(z) FROM gr), 0)
+                   ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn, gr.rn], ARRAY[v_w, 1 - v_w, v_gw],
+                                    (v_cfg->>'rrf_k')::double precision) END
                END AS fused
         FROM v FULL JOIN t ON t.chunk_id = v.chunk_id
         FULL JOIN gr ON gr.chunk_id = coalesce(v.chunk_id, t.chunk_id)
@@ -239,11 +271,9 @@ BEGIN
   )
   SELECT r.chunk_id, r.fr,
          CASE WHEN r.rerank_score IS NOT NULL THEN r.rerank_score
-              WHEN v_method = 'hybrid' THEN r.fused_score / nullif(r.top_fused, 0)
-              ELSE r.fused_score END,
+              ELSE kb._hybrid_display(v_method, v_zscore, r.fused_score, r.top_fused) END,
          r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score, r.fused_rank,
-         CASE WHEN v_method = 'hybrid' THEN r.fused_score / nullif(r.top_fused, 0)
-              ELSE r.fused_score END,
+         kb._hybrid_display(v_method, v_zscore, r.fused_score, r.top_fused),
          r.rerank_rank, r.rerank_score, v_method, v_prep.note, coalesce(v_prep.usage, '{}'),
          NULL::bigint, NULL::text, array_position(v_gchunk, r.chunk_id),
          v_gpath[array_position(v_gchunk, r.chunk_id)]

@@ -153,7 +153,8 @@ def test_lab_in_a_browser(
     assert d.find_element("id", "kb").get_attribute("value") == "handbook"
     # Every retrieval setting of the KB is a field, with the KB's value.
     assert _field(d, "a", "top_k").get_attribute("value") == "10"
-    for name in ("method", "vector_weight", "rrf_k", "fusion_depth", "similarity_threshold",
+    assert _field(d, "a", "fusion").tag_name == "select"
+    for name in ("method", "fusion", "vector_weight", "rrf_k", "fusion_depth", "similarity_threshold",
                  "rerank", "ef_search", "bm25_k1", "filter"):
         assert _field(d, "a", name) is not None
 

@@ -172,7 +172,7 @@ def test_hybrid_is_weighted_rrf(
 ) -> None:
     build(client, conn, provider)
     rows = client.explain_search(
-        "kb1", "small cats and seeds", top_k=6, vector_weight=0.3, rrf_k=10
+        "kb1", "small cats and seeds", top_k=6, vector_weight=0.3, rrf_k=10, fusion="rrf"
     )
     assert rows
     raw = {}
@@ -189,6 +189,46 @@ def test_hybrid_is_weighted_rrf(
         assert r["score"] == pytest.approx(r["fused_score"])
         assert r["vector_score"] is not None  # every candidate gets its similarity
     assert [r["final_rank"] for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_hybrid_zscore_fuses_standardised_scores(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """The default fusion, recomputed from the two channels' own lists: each score as
+    standard deviations above its list's mean, weighted and summed, a candidate missing
+    from a list counting as that list's lowest; shown as exp(z - best z)."""
+    build(client, conn, provider)
+    query = "small cats and seeds"
+    rows = client.explain_search("kb1", query, top_k=6, vector_weight=0.3, fusion_depth=8)
+    ix = conn.execute("SELECT active_index_id FROM kb.knowledge_base WHERE name = 'kb1'").fetchone()[0]
+    emb = client.conn.execute("SELECT kb.embed_query('kb1', %s)", (query,)).fetchone()[0]
+    lists = [
+        conn.execute(
+            "SELECT chunk_id, similarity FROM kb.vector_search(%s, %s::real[], 8)", (ix, emb)
+        ).fetchall(),
+        conn.execute("SELECT chunk_id, score FROM kb.bm25_search(%s, %s, 8)", (ix, query)).fetchall(),
+    ]
+    zs = []
+    for lst in lists:
+        values = [x for _, x in lst]
+        mean = sum(values) / len(values)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in values) / len(values))
+        zs.append({c: (x - mean) / sd if sd else 0.0 for c, x in lst})
+    assert zs[0] and zs[1] and set(zs[0]) != set(zs[1])  # some candidates miss a list
+    fused = {
+        c: 0.3 * zs[0].get(c, min(zs[0].values())) + 0.7 * zs[1].get(c, min(zs[1].values()))
+        for c in set(zs[0]) | set(zs[1])
+    }
+    order = sorted(fused, key=lambda c: (-fused[c], c))[:6]
+    assert [r["chunk_id"] for r in rows] == order
+    best = fused[order[0]]
+    for r in rows:
+        assert r["fused_score"] == pytest.approx(math.exp(fused[r["chunk_id"]] - best))
+        assert r["score"] == pytest.approx(r["fused_score"])
+    assert rows[0]["score"] == pytest.approx(1.0)
+    # Pinned to rrf, the same KB ranks by ranks alone.
+    rrf = client.explain_search("kb1", query, top_k=6, vector_weight=0.3, fusion="rrf")
+    assert [r["fused_score"] for r in rrf] != [r["fused_score"] for r in rows]
 
 
 def test_filters_apply_to_every_method(

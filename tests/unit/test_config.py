@@ -56,6 +56,7 @@ def test_defaults() -> None:
             {"method": "tree_serch"},
             'unknown method "tree_serch" (expected hybrid, vector, full_text or tree_search)',
         ),
+        ("retrieval_config", {"fusion": "max"}, 'unknown fusion "max" (expected zscore or rrf)'),
         ("retrieval_config", {"rerank": True}, "rerank is on but rerank_model is not set"),
         ("retrieval_config", [], "retrieval_config must be a JSON object, not list"),
     ],

@@ -83,8 +83,11 @@ async function selectKb(name) {
 }
 
 // A field per retrieval_config key of the KB: its strategy's settings are all there.
-const FIRST = ["method", "top_k", "vector_weight", "rrf_k", "fusion_depth", "similarity_threshold",
+const FIRST = ["method", "top_k", "fusion", "vector_weight", "rrf_k", "fusion_depth", "similarity_threshold",
   "rerank", "rerank_model", "candidate_count", "rerank_threshold", "filter", "ef_search", "bm25_k1", "bm25_b"];
+
+// Settings with a fixed set of values: a select each.
+const CHOICES = { method: ["hybrid", "vector", "full_text", "tree_search"], fusion: ["zscore", "rrf"] };
 
 function buildFields(box, config) {
   box.replaceChildren();
@@ -97,10 +100,9 @@ function buildFields(box, config) {
       input = el("select", { name: key, "data-kind": "bool" },
         el("option", { value: "true" }, "true"), el("option", { value: "false" }, "false"));
       input.value = String(value);
-    } else if (key === "method") {
-      const methods = ["hybrid", "vector", "full_text", "tree_search"];
+    } else if (key in CHOICES) {
       input = el("select", { name: key, "data-kind": "text" },
-        ...methods.map((m) => el("option", { value: m }, m)));
+        ...CHOICES[key].map((m) => el("option", { value: m }, m)));
       input.value = value;
     } else {
       const kind = typeof value === "number" ? "number" : (value !== null && typeof value === "object" ? "json" : "auto");
