@@ -214,10 +214,11 @@ BEGIN
                  WHEN 'vector' THEN v.similarity
                  WHEN 'full_text' THEN t.score
                  ELSE CASE WHEN v_zscore
-                   -- A candidate missing from a list counts as that list's lowest.
-                   THEN v_w * coalesce(v.z, (SELECT min(z) FROM v), 0)
-                        + (1 - v_w) * coalesce(t.z, (SELECT min(z) FROM t), 0)
-                        + v_gw * coalesce(gr.z, (SELECT min(z) FROM gr), 0)
+                   -- A candidate missing from a list counts as one standard deviation
+                   -- below that list's lowest (so a lone BM25 hit, z 0, still counts).
+                   THEN v_w * coalesce(v.z, (SELECT min(z) - 1 FROM v), 0)
+                        + (1 - v_w) * coalesce(t.z, (SELECT min(z) - 1 FROM t), 0)
+                        + v_gw * coalesce(gr.z, (SELECT min(z) - 1 FROM gr), 0)
                    ELSE kb.rrf_fuse(ARRAY[v.rn, t.rn, gr.rn], ARRAY[v_w, 1 - v_w, v_gw],
                                     (v_cfg->>'rrf_k')::double precision) END
                END AS fused

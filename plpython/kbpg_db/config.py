@@ -566,8 +566,8 @@ class RetrievalConfig(_Strict):
     graph_limit: int = Field(50, ge=1, le=1000, description="graph channel vertices, at most")
     # hybrid: how the lists are fused. zscore: each list's scores as standard deviations
     # above its mean, weighted (vector_weight, 1 - that, graph_weight) and summed, a
-    # candidate missing from a list counting as that list's lowest; a channel that is sure
-    # (one score far above the rest) outweighs one that is not. rrf: ranks only
+    # candidate missing from a list counting as 1 below that list's lowest; a channel sure
+    # of a result (one score far above the rest) outweighs one that is not. rrf: ranks only
     # (weight / (rrf_k + rank)). zscore won on both our sets (bench/README).
     fusion: Literal["zscore", "rrf"] = "zscore"
 

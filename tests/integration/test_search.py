@@ -196,7 +196,7 @@ def test_hybrid_zscore_fuses_standardised_scores(
 ) -> None:
     """The default fusion, recomputed from the two channels' own lists: each score as
     standard deviations above its list's mean, weighted and summed, a candidate missing
-    from a list counting as that list's lowest; shown as exp(z - best z)."""
+    from a list counting as one below that list's lowest; shown as exp(z - best z)."""
     build(client, conn, provider)
     query = "small cats and seeds"
     rows = client.explain_search("kb1", query, top_k=6, vector_weight=0.3, fusion_depth=8)
@@ -216,7 +216,8 @@ def test_hybrid_zscore_fuses_standardised_scores(
         zs.append({c: (x - mean) / sd if sd else 0.0 for c, x in lst})
     assert zs[0] and zs[1] and set(zs[0]) != set(zs[1])  # some candidates miss a list
     fused = {
-        c: 0.3 * zs[0].get(c, min(zs[0].values())) + 0.7 * zs[1].get(c, min(zs[1].values()))
+        c: 0.3 * zs[0].get(c, min(zs[0].values()) - 1)
+        + 0.7 * zs[1].get(c, min(zs[1].values()) - 1)
         for c in set(zs[0]) | set(zs[1])
     }
     order = sorted(fused, key=lambda c: (-fused[c], c))[:6]
