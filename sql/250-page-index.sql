@@ -8,20 +8,22 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_kb integer := kb._index_kb(p_index_id);  -- looked up once, not per row
 BEGIN
   -- The document's old nodes went with its old chunks (ON DELETE CASCADE).
   DELETE FROM kb.page_index_toc WHERE index_id = p_index_id AND document_id = p_document_id;
   INSERT INTO kb.page_index_node (index_id, kb_id, document_id, node_id, chunk_id, parent_id,
                                   ordinal, depth, title, summary, summary_kind, page_start,
                                   page_end, section_end)
-  SELECT p_index_id, kb._index_kb(p_index_id), p_document_id, n->>'node_id', (p_chunk_ids->>(n->>'ordinal'))::bigint,
+  SELECT p_index_id, v_kb, p_document_id, n->>'node_id', (p_chunk_ids->>(n->>'ordinal'))::bigint,
          n->>'parent_id', (n->>'ordinal')::integer, (n->>'depth')::integer, n->>'title',
          n->>'summary', n->>'summary_kind', (n->>'page_start')::integer,
          (n->>'page_end')::integer, (n->>'section_end')::integer
   FROM jsonb_array_elements(p_artifacts->'nodes') AS n;
   INSERT INTO kb.page_index_toc (index_id, kb_id, document_id, description, description_kind,
                                  toc, node_count, structure, structure_detail)
-  VALUES (p_index_id, kb._index_kb(p_index_id), p_document_id, p_artifacts->>'description',
+  VALUES (p_index_id, v_kb, p_document_id, p_artifacts->>'description',
           p_artifacts->>'description_kind', p_artifacts->'toc',
           jsonb_array_length(p_artifacts->'nodes'),
           coalesce(p_artifacts->>'structure', 'markdown_headings'),

@@ -7,12 +7,14 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_kb integer := kb._index_kb(p_index_id);  -- looked up once, not per row
 BEGIN
   -- The document's old edges went with its old chunks (ON DELETE CASCADE).
   PERFORM kb._store_page_index(p_index_id, p_document_id, p_artifacts - 'edges', p_chunk_ids);
   INSERT INTO kb.graph_index_edge (index_id, kb_id, document_id, source_chunk_id,
                                    target_chunk_id, ordinal, kind, phrase, resolved_by)
-  SELECT p_index_id, kb._index_kb(p_index_id), p_document_id, (p_chunk_ids->>(e->>'source'))::bigint,
+  SELECT p_index_id, v_kb, p_document_id, (p_chunk_ids->>(e->>'source'))::bigint,
          (p_chunk_ids->>(e->>'target'))::bigint, i::integer, e->>'kind', e->>'phrase',
          e->>'resolved_by'
   FROM jsonb_array_elements(coalesce(p_artifacts->'edges', '[]')) WITH ORDINALITY AS x(e, i);

@@ -9,6 +9,7 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_ids jsonb;
+  v_kb  integer := kb._index_kb(p_index_id);  -- looked up once, not per row
 BEGIN
   -- The document's previous graph in this generation (its edges cascade).
   DELETE FROM kb.graph_node WHERE index_id = p_index_id AND document_id = p_document_id;
@@ -16,7 +17,7 @@ BEGIN
     INSERT INTO kb.graph_node (index_id, kb_id, document_id, local_id, graph, kind, name,
                                qualified_name, path, module, language, member_of, start_line,
                                end_line, chunk_id, properties, embedding)
-    SELECT p_index_id, kb._index_kb(p_index_id), p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
+    SELECT p_index_id, v_kb, p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
            n->>'name', n->>'qualified_name', n->>'path', n->>'module', n->>'language',
            n->>'member_of', (n->>'start_line')::integer, (n->>'end_line')::integer,
            (p_chunk_ids->>(n->>'chunk'))::bigint, coalesce(n->'properties', '{}'),
@@ -28,7 +29,7 @@ BEGIN
   INSERT INTO kb.graph_edge (index_id, kb_id, document_id, source_id, kind, target_id,
                              target_name, target_modules, qualifier, line, confidence,
                              resolution, label, chunk_id)
-  SELECT p_index_id, kb._index_kb(p_index_id), p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
+  SELECT p_index_id, v_kb, p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
          (v_ids->>(e->>'target'))::bigint, e->>'target_name',
          coalesce(ARRAY(SELECT jsonb_array_elements_text(e->'target_modules')), '{}'),
          e->>'qualifier', (e->>'line')::integer,
@@ -39,7 +40,7 @@ BEGIN
   -- Entity merge decisions (kept across documents; a pair decided once, a key merged once).
   INSERT INTO kb.graph_entity_merge (index_id, kb_id, key, other_key, merged, decided_by,
                                      reason, similarity)
-  SELECT p_index_id, kb._index_kb(p_index_id), m->>'key', m->>'other_key', (m->>'merged')::boolean, m->>'decided_by',
+  SELECT p_index_id, v_kb, m->>'key', m->>'other_key', (m->>'merged')::boolean, m->>'decided_by',
          m->>'reason', (m->>'similarity')::real
   FROM jsonb_array_elements(coalesce(p_graph->'merges', '[]')) AS m
   ON CONFLICT DO NOTHING;
