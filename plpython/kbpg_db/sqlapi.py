@@ -486,40 +486,41 @@ def convert_limits(plpy: Any) -> Any:
     row = plpy.execute(
         "SELECT " + ", ".join(f"current_setting('{n}', true) AS c{i}" for i, n in enumerate(names))
     )[0]
-    # What the server's configuration files say (kb._server_setting): a session, role or
-    # database value above both that and the default is refused.
-    server = plpy.execute(
-        "SELECT " + ", ".join(f"kb._server_setting('{n}') AS c{i}" for i, n in enumerate(names))
-    )[0]
     limits = Limits()
     for i, name in enumerate(names):
         raw = row[f"c{i}"]
         if not raw:
             continue
-        default = getattr(limits, CONVERT_SETTINGS[name])
         field_name = CONVERT_SETTINGS[name]
-        kind = type(getattr(limits, field_name))
+        default = getattr(limits, field_name)
+        kind = type(default)
         try:
             value = kind(float(raw)) if kind is int else kind(raw)
         except ValueError:
             fail(plpy, f"setting {name} must be a number (got {raw!r})", INVALID_PARAMETER)
         if value <= 0:
             fail(plpy, f"setting {name} must be more than 0 (got {raw})", INVALID_PARAMETER)
-        try:
-            ceiling = max(default, float(server[f"c{i}"] or 0))
-        except ValueError:
-            ceiling = default
-        # (The text's own cap is a storage choice, settable per session as before; the
-        # child process's memory limit still bounds what converting a large file costs.)
-        if value > ceiling and name != "kb.max_document_bytes":
-            fail(
-                plpy,
-                f"setting {name} = {raw} is above the server's {ceiling:g}, and a session, "
-                "role or database setting may only lower it",
-                INVALID_PARAMETER,
-                hint="a session, role or database may only lower this limit; raise it in "
-                "postgresql.conf or with ALTER SYSTEM",
-            )
+        # Above the default, the value must come from the server's configuration files
+        # (kb._server_setting): a session, role or database may only lower a limit. (The
+        # text's own cap is a storage choice, settable per session as before; the child
+        # process's memory limit still bounds what converting a large file costs.)
+        if value > default and name != "kb.max_document_bytes":
+            configured = plpy.execute(
+                plpy.prepare("SELECT kb._server_setting($1) AS v", ["text"]), [name]
+            )[0]["v"]
+            try:
+                ceiling = max(default, float(configured or 0))
+            except ValueError:
+                ceiling = default
+            if value > ceiling:
+                fail(
+                    plpy,
+                    f"setting {name} = {raw} is above the server's {ceiling:g}, and a session, "
+                    "role or database setting may only lower it",
+                    INVALID_PARAMETER,
+                    hint="a session, role or database may only lower this limit; raise it in "
+                    "postgresql.conf or with ALTER SYSTEM",
+                )
         setattr(limits, field_name, value)
     return limits
 
