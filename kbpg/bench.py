@@ -570,8 +570,119 @@ def bench_rls(dsn: str, quick: bool) -> dict[str, Any]:
 
 
 # --- 5. ingestion ---------------------------------------------------------------------------
-def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
+def _fresh_kb(
+    dsn: str, name: str, config: dict[str, Any], docs: list[Any], texts: list[str]
+) -> None:
+    """A new KB holding ``texts`` (queued, not indexed yet)."""
     import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (name,))
+        conn.execute("SELECT kb.create_knowledge_base(%s, %s)", (name, json.dumps(config)))
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "SELECT kb.add_document(%s, %s, %s)",
+                [(name, d, t) for (d, _), t in zip(docs, texts, strict=True)],
+            )
+
+
+class _SlowEmbedder:
+    """An OpenAI-compatible embeddings endpoint that answers each request after a fixed
+    delay (a provider's round trip), with hashed vectors; it counts requests."""
+
+    def __init__(self, delay: float, dim: int = 64) -> None:
+        import hashlib
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests = 0
+        lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with lock:
+                    owner.requests += 1
+                time.sleep(delay)
+                data = []
+                for i, text in enumerate(body["input"]):
+                    seed = hashlib.blake2b(text.encode(), digest_size=8).digest()
+                    vec = np.random.default_rng(int.from_bytes(seed, "little")).normal(size=dim)
+                    data.append({"object": "embedding", "index": i,
+                                 "embedding": (vec / np.linalg.norm(vec)).tolist()})
+                n = sum(len(t.split()) for t in body["input"])
+                raw = json.dumps({"object": "list", "data": data, "model": body.get("model"),
+                                  "usage": {"prompt_tokens": n, "total_tokens": n}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _ingest_remote(
+    dsn: str, docs: list[Any], texts: list[str], chunks: list[str], delay: float = 0.1
+) -> dict[str, Any]:
+    """Many small documents through a remote provider whose every request takes ``delay``
+    seconds: the worker one job at a time vs claiming 16 and embedding them together, and
+    the provider's own ceiling (all chunks in batches of 64, 4 requests in flight)."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from kbpg.worker import Worker
+
+    server = _SlowEmbedder(delay)
+    try:
+        # The provider's key for the worker's sessions only (litellm wants one).
+        key_dsn = make_conninfo(dsn, options="-c kb.bench_embed_key=unused")
+        config = {"embedding_model": "openai/bench-embed", "embedding_dimensions": 64,
+                  "api_base": server.url, "api_key_name": "BENCH_EMBED_KEY"}
+        from concurrent.futures import ThreadPoolExecutor
+        from urllib.request import Request, urlopen
+
+        def post(batch: list[str]) -> None:
+            req = Request(server.url + "/embeddings", json.dumps({"input": batch}).encode(),
+                          {"Content-Type": "application/json"})
+            urlopen(req).read()
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(post, [chunks[i : i + 64] for i in range(0, len(chunks), 64)]))
+        out: dict[str, Any] = {
+            "workload": f"the same {len(docs)} documents, a provider answering each request "
+            f"after {delay * 1000:.0f} ms (local HTTP server, real litellm client), batch_size "
+            "64, embedding_concurrency 4, one worker thread",
+            "provider_ceiling_chunks_per_s": round(len(chunks) / (time.perf_counter() - t0), 1),
+        }
+        for batch in (1, 16):
+            _fresh_kb(dsn, "bench-ingest-remote", config, docs, texts)
+            server.requests = 0
+            t0 = time.perf_counter()
+            Worker(key_dsn, concurrency=1, once=True, poll_interval=0.2, batch=batch).run()
+            out[f"batch{batch}"] = {
+                "chunks_per_s": round(len(chunks) / (time.perf_counter() - t0), 1),
+                "requests": server.requests,
+            }
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT kb.drop_knowledge_base('bench-ingest-remote', true)")
+    finally:
+        server.close()
+    return out
+
+
+def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
     from kbpg_db.chunking import chunk_text
     from kbpg_db.embedding import LocalMiniLM
 
@@ -595,14 +706,7 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
         "workload": f"{n_docs} SciFact documents, {len(chunks)} chunks "
         "(default config); raw = the same model in this process, batch 64"
     }
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT kb.drop_knowledge_base('bench-ingest', true)")
-        conn.execute("SELECT kb.create_knowledge_base('bench-ingest')")
-        with conn.transaction(), conn.cursor() as cur:
-            cur.executemany(
-                "SELECT kb.add_document('bench-ingest', %s, %s)",
-                [(d, t) for (d, _), t in zip(docs, texts, strict=True)],
-            )
+    _fresh_kb(dsn, "bench-ingest", {}, docs, texts)
     t0 = time.perf_counter()
     Worker(dsn, concurrency=1, once=True, poll_interval=0.2).run()
     e2e = len(chunks) / (time.perf_counter() - t0)
@@ -610,6 +714,12 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
     out["worker_chunks_per_s"] = round(e2e, 1)
     out["ratio"] = round(e2e / raw, 3)
     out["target"] = "ratio >= 0.9"
+    # The same documents one job at a time (no embedding across documents).
+    _fresh_kb(dsn, "bench-ingest", {}, docs, texts)
+    t0 = time.perf_counter()
+    Worker(dsn, concurrency=1, once=True, poll_interval=0.2, batch=1).run()
+    out["worker_batch1_chunks_per_s"] = round(len(chunks) / (time.perf_counter() - t0), 1)
+    out["remote"] = _ingest_remote(dsn, docs, texts, chunks)
     # A 200-page PDF from SciFact text, through `kbpg ingest --wait`.
     import pymupdf
 

@@ -321,6 +321,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         once=args.once,
         lease_seconds=args.lease,
         poll_interval=args.poll,
+        batch=args.batch,
     )
     worker.install_signal_handlers()
     stats = worker.run()
@@ -460,6 +461,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--once", action="store_true", help="drain the queue, then exit")
     w.add_argument("--lease", type=float, default=60.0, help="seconds a claimed job is held")
     w.add_argument("--poll", type=float, default=2.0, help="seconds between polls")
+    w.add_argument(
+        "--batch",
+        type=int,
+        default=16,
+        help="jobs a thread claims at once; their chunks are embedded together (1: one by one)",
+    )
     w.set_defaults(func=cmd_worker)
 
     lab = sub.add_parser(

@@ -1,8 +1,11 @@
 """The indexing worker: claims jobs and has the database run them.
 
-The worker does no indexing itself. Each thread owns a connection, claims a job with
-``kb.claim_jobs`` (FOR UPDATE SKIP LOCKED) and calls ``kb.process_job``, which chunks,
-embeds and swaps the document's chunks in one transaction inside PostgreSQL. NOTIFY on
+The worker does no indexing itself. Each thread owns a connection, claims jobs with
+``kb.claim_jobs`` (FOR UPDATE SKIP LOCKED) and calls ``kb.process_job`` for each, which
+chunks, embeds and swaps the document's chunks in one transaction inside PostgreSQL. A
+thread claims up to ``batch`` jobs at once (its share of the queue) and has their chunks
+embedded together first (``kb.prefetch_embeddings``): many small documents fill whole
+batches instead of a request each. NOTIFY on
 ``kbpg_jobs`` only wakes the threads early; they poll regardless, so a lost notification
 never stalls the queue. A lost connection is retried with backoff; a job whose worker
 vanished is claimed again by anyone once its lease expires.
@@ -66,13 +69,17 @@ class Worker:
         poll_interval: float = 2.0,
         name: str | None = None,
         kb: str | None = None,
+        batch: int = 16,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not 1 <= batch <= 1000:
+            raise ValueError("batch must be between 1 and 1000")
         self.dsn = dsn
         self.concurrency = concurrency
         self.once = once
         self.lease_seconds = lease_seconds
+        self.batch = batch
         self.poll_interval = poll_interval
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.stop_event = threading.Event()
@@ -154,6 +161,18 @@ class Worker:
         ).fetchone()
         return int(row[0]) == 0
 
+    def _claim_size(self, conn: Any) -> int:
+        """How many jobs a thread claims at once: up to ``batch``, but no more than its share
+        of what is queued, so a short queue still spreads over the threads."""
+        if self.batch == 1:
+            return 1
+        row = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM kb.job WHERE status = 'queued' "
+            "AND run_after <= now() LIMIT %s) q",
+            (self.batch * self.concurrency,),
+        ).fetchone()
+        return max(1, min(self.batch, -(-int(row[0]) // self.concurrency)))
+
     def _loop(self, index: int) -> None:
         import psycopg
 
@@ -167,10 +186,10 @@ class Worker:
                     backoff = 0.5
                 jobs = conn.execute(
                     "SELECT j.id, j.document_id, j.attempts, j.max_attempts, d.title, k.name "
-                    "FROM kb.claim_jobs(%s, 1, %s) j "
+                    "FROM kb.claim_jobs(%s, %s, %s) j "
                     "JOIN kb.document d ON d.id = j.document_id "
-                    "JOIN kb.knowledge_base k ON k.id = j.kb_id",
-                    (worker_id, self.lease_seconds),
+                    "JOIN kb.knowledge_base k ON k.id = j.kb_id ORDER BY j.id",
+                    (worker_id, self._claim_size(conn), self.lease_seconds),
                 ).fetchall()
                 if not jobs:
                     self._idle[index] = True
@@ -182,7 +201,21 @@ class Worker:
                     self.wake.clear()
                     continue
                 self._idle[index] = False
-                for job in jobs:
+                if len(jobs) > 1:
+                    # Several documents' chunks in full batches, one call; each job then
+                    # finds its vectors ready (same connection, same server process).
+                    conn.execute(
+                        "SELECT kb.prefetch_embeddings(%s, %s)", ([j[0] for j in jobs], worker_id)
+                    )
+                for n, job in enumerate(jobs):
+                    if self.stop_event.is_set():  # stopping: the rest go back to the queue
+                        for rest in jobs[n:]:
+                            conn.execute("SELECT kb.release_job(%s, %s)", (rest[0], worker_id))
+                        break
+                    if n:  # the jobs still waiting keep their leases
+                        conn.execute(
+                            "SELECT kb.renew_leases(%s, %s)", ([j[0] for j in jobs[n:]], worker_id)
+                        )
                     self._run_job(conn, worker_id, job)
             except psycopg.OperationalError as exc:
                 log.warning(

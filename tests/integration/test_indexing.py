@@ -158,6 +158,88 @@ def test_remote_batches_in_flight_at_once(
         "seq")[0]["tokens_embedded"]
 
 
+def test_small_documents_share_requests(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """A worker thread claims several jobs and embeds their chunks together: 30 one-chunk
+    documents are 2 requests, not 30 (counted at the server), with every document's
+    vectors its own and the tokens the provider counted shared out among them."""
+    remote_kb(client, conn, provider, "many", batch_size=64)
+    for i in range(30):
+        client.add_text("many", f"note{i}", f"short note number {i} about topic{i % 7}")
+    stats = run_worker(conn.info.dsn, batch=16)
+    assert stats.done == 30
+    assert provider.embedding_calls == 2  # claims of 16 and 14 documents
+    assert len(provider.embedded_texts) == 30  # nothing embedded twice
+    rows = conn.execute(
+        "SELECT c.content, e.embedding::real[] FROM kb.chunk c JOIN kb.embedding e "
+        "ON e.chunk_id = c.id"
+    ).fetchall()
+    assert len(rows) == 30
+    for content, vec in rows:
+        want = hashed_vector(content, provider.dim)
+        assert max(abs(a - b) for a, b in zip(vec, want, strict=True)) < 1e-5
+    docs = client.document_status("many")
+    assert all(d["status"] == "ready" and d["tokens_embedded"] > 0 for d in docs)
+    spent = sum(len(t.split()) for t in provider.embedded_texts)  # the fake's token count
+    assert abs(sum(d["tokens_embedded"] for d in docs) - spent) <= len(docs)
+    # One by one (batch 1), each document is a request of its own.
+    provider.embedding_calls = 0
+    client.add_text("many", "extra1", "one more note")
+    client.add_text("many", "extra2", "and another note")
+    run_worker(conn.info.dsn, batch=1)
+    assert provider.embedding_calls == 2
+
+
+def test_jobs_claimed_together_keep_their_leases(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """Jobs waiting their turn in a worker's claim are renewed, and only their worker can
+    embed ahead for them or renew them."""
+    remote_kb(client, conn, provider, "lease")
+    for i in range(3):
+        client.add_text("lease", f"d{i}", f"document {i}")
+    ids = [r[0] for r in conn.execute("SELECT id FROM kb.claim_jobs('w1', 3, 2)").fetchall()]
+    assert len(ids) == 3
+    conn.execute("SET kb.fake_key = 'test-key'")
+    assert conn.execute("SELECT kb.prefetch_embeddings(%s, 'w2')", (ids,)).fetchone()[0] == 0
+    assert provider.embedding_calls == 0
+    assert conn.execute("SELECT kb.prefetch_embeddings(%s, 'w1')", (ids,)).fetchone()[0] == 3
+    assert provider.embedding_calls == 1
+    time.sleep(1.2)
+    assert conn.execute("SELECT kb.renew_leases(%s, 'w1')", (ids,)).fetchone()[0] == 3
+    assert conn.execute("SELECT kb.renew_leases(%s, 'w2')", (ids,)).fetchone()[0] == 0
+    time.sleep(1.2)  # past the first lease, within the renewed one
+    assert conn.execute("SELECT count(*) FROM kb.claim_jobs('w2', 3, 2)").fetchone()[0] == 0
+    # The vectors embedded ahead are this connection's: its jobs use them, no new request.
+    for job_id in ids:
+        assert conn.execute("SELECT kb.process_job(%s, 'w1')::text", (job_id,)).fetchone()[0] == (
+            "done"
+        )
+    assert provider.embedding_calls == 1
+
+
+def test_batched_documents_go_out_several_requests_at_once(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """Documents embedded together still split into batch_size requests, up to
+    embedding_concurrency of them in flight; a poisoned document in the batch fails
+    alone (its own job reports it), the others are indexed."""
+    remote_kb(client, conn, provider, "fan", batch_size=3, embedding_concurrency=3)
+    conn.execute("ALTER DATABASE " + conn.info.dbname + " SET kb.max_attempts = 1")
+    client.conn.execute("SET kb.max_attempts = 1")
+    provider.embed_delay = 0.2
+    for i in range(12):
+        client.add_text("fan", f"d{i}", f"document {i} text")
+    client.add_text("fan", "bad", "this one is POISON")
+    stats = run_worker(conn.info.dsn, batch=20)
+    assert stats.done == 12 and stats.failed == 1
+    assert provider.embed_max_in_flight == 3
+    docs = {d["title"]: d for d in client.document_status("fan")}
+    assert docs["bad"]["status"] == "error" and "poison" in docs["bad"]["error"]
+    assert all(docs[f"d{i}"]["status"] == "ready" for i in range(12))
+
+
 def test_api_key_is_required_and_never_stored(
     client: Client, conn: psycopg.Connection, provider: FakeProvider
 ) -> None:

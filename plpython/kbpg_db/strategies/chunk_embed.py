@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbpg_db import chunking, code_graph, embedding, knowledge_graph, tokens
-from kbpg_db.config import IndexingConfig
+from kbpg_db.config import LOCAL_MODEL, MULTILINGUAL_MODEL, IndexingConfig
 from kbpg_db.strategies import BuildContext, Built, Document
 
 
@@ -52,6 +52,18 @@ def payload(chunks: list[chunking.Chunk], page_starts: list[int] | None) -> list
     ]
 
 
+def batchable(cfg: IndexingConfig, title: str, metadata: dict[str, Any]) -> bool:
+    """Whether a document's chunks are worth embedding ahead, with other documents': a
+    remote provider's (requests are what it costs; a local model on the CPU is as fast
+    one document at a time) and chunks that come from the text alone (no code parsing, no
+    knowledge graph, not the semantic chunker, which embeds sentences while it cuts)."""
+    if cfg.embedding_model in (LOCAL_MODEL, MULTILINGUAL_MODEL):
+        return False
+    if cfg.strategy != "chunk_embed" or cfg.knowledge_graph.enabled or cfg.chunker == "semantic":
+        return False
+    return not (cfg.code_chunking and knowledge_graph.code_source(title, metadata) is not None)
+
+
 def code_rows(graph: code_graph.CodeGraph, content: str, cfg: IndexingConfig) -> list[Any]:
     """A source file's chunks, cut at its definitions, as kb.chunk_payload rows."""
     chunks = chunking.definition_chunks(
@@ -83,7 +95,10 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         )
     texts = [r["embed_text"] for r in rows]
     ctx.report(f"embedding {len(texts)} chunks")
-    result = embedding.embed(cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts])
+    # Embedded ahead with other documents' chunks (kb.prefetch_embeddings), or now.
+    result = embedding.take_ahead(cfg, texts) or embedding.embed(
+        cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts]
+    )
     for row, vec in zip(rows, result.vectors, strict=True):
         row["embedding"] = vec
     spent_tokens, cost = result.tokens, result.cost_usd

@@ -1,0 +1,45 @@
+"""The offline model's batching and the vectors kept for jobs embedded ahead."""
+
+from __future__ import annotations
+
+import numpy as np
+from kbpg_db import embedding
+from kbpg_db.config import IndexingConfig
+
+
+def test_local_batches_of_like_length_give_each_text_its_own_vector() -> None:
+    """Texts of very different lengths, embedded together in any batch size, get the
+    vectors they get alone, in their own order."""
+    model = embedding.local_model()
+    texts = [
+        "short",
+        "a somewhat longer sentence about cells and genes",
+        " ".join(["protein folding in the endoplasmic reticulum"] * 12),
+        "short too",
+        " ".join(["vitamin"] * 40),
+    ]
+    alone = np.vstack([model.embed([t]) for t in texts])
+    for batch_size in (1, 2, 64):
+        together = model.embed(texts, batch_size=batch_size)
+        assert np.abs(together - alone).max() < 1e-4
+
+
+def test_vectors_embedded_ahead_are_taken_once_and_only_whole() -> None:
+    cfg = IndexingConfig()
+    embedding.clear_ahead()
+    got = embedding.embed_ahead(cfg, ["alpha text", "beta text", "alpha text"], [2, 2, 2], None)
+    assert len(got.vectors) == 3
+    # A document whose texts are not all kept embeds on its own.
+    assert embedding.take_ahead(cfg, ["alpha text", "gamma text"]) is None
+    first = embedding.take_ahead(cfg, ["alpha text", "beta text"])
+    assert first is not None and first.tokens == 4 and first.calls == 0
+    assert np.allclose(first.vectors[0], got.vectors[0])
+    # The duplicate "alpha text" is still there once; "beta text" is gone.
+    assert embedding.take_ahead(cfg, ["beta text"]) is None
+    assert embedding.take_ahead(cfg, ["alpha text"]) is not None
+    assert embedding.take_ahead(cfg, ["alpha text"]) is None
+    # Another model's vectors are never taken for this one.
+    embedding.embed_ahead(cfg, ["delta text"], [2], None)
+    other = IndexingConfig(embedding_model="openai/text-embedding-3-small", api_key_name="K")
+    assert embedding.take_ahead(other, ["delta text"]) is None
+    embedding.clear_ahead()
