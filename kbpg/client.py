@@ -296,8 +296,7 @@ class _Api:
     @staticmethod
     def document_status(kb: str, title: str | None = None) -> Call:
         return Call(
-            "SELECT * FROM kb.document_status WHERE kb = $1 AND ($2::text IS NULL OR title = $2) "
-            "ORDER BY document_id",
+            "SELECT * FROM kb.list_documents($1, $2)",
             [kb, title],
         )
 

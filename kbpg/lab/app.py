@@ -184,7 +184,7 @@ def documents(request: Request) -> Response:
     rows = _lab(request).query(
         "SELECT document_id, title, status, usage_mode, chunk_count, progress, error, "
         "tokens_embedded, embedding_cost_usd, llm_calls, llm_cost_usd, source_format, media, "
-        "updated_at FROM kb.document_status WHERE kb = %s ORDER BY title",
+        "updated_at FROM kb.list_documents(%s) ORDER BY title",
         (request.path_params["kb"],),
     )
     return _json(rows)

@@ -63,3 +63,31 @@ def test_async_client_round_trip(dsn: str, client: Client, provider: FakeProvide
                 await a.search("ak", "tea", top_k=0)
 
     asyncio.run(go())
+
+
+def test_document_listing_costs_its_own_kb_only(dsn: str) -> None:
+    """kb.list_documents lists one KB's documents (or one title) in id order, and reads
+    them by index however many documents another KB holds."""
+    import psycopg
+
+    with Client(dsn) as client, psycopg.connect(dsn, autocommit=True) as conn:
+        client.create_knowledge_base("big")
+        client.create_knowledge_base("small")
+        conn.execute(
+            "SELECT kb.add_document('big', 'd' || i, 'text ' || i) FROM generate_series(1, 3000) i"
+        )
+        for title in ("b", "a", "c"):
+            client.add_text("small", title, f"text {title}")
+        conn.execute("ANALYZE kb.document")
+        docs = client.document_status("small")
+        assert [d["title"] for d in docs] == ["b", "a", "c"]
+        assert [d["title"] for d in client.document_status("small", "a")] == ["a"]
+        small = conn.execute("SELECT id FROM kb.knowledge_base WHERE name = 'small'").fetchone()[0]
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                f"EXPLAIN SELECT * FROM kb.document_status s WHERE s.kb_id = {int(small)} "
+                "ORDER BY s.document_id"
+            )
+        )
+        assert "Index Cond: (kb_id = " in plan and "Seq Scan on document d " not in plan, plan

@@ -330,6 +330,19 @@ CASES = [
         "worker must name the worker claiming the jobs",
     ),
     Case(
+        "list_documents",
+        "SELECT * FROM kb.list_documents('nope')",
+        "P0002",
+        'knowledge base "nope" does not exist',
+        hint="kb.list_knowledge_bases() lists them",
+    ),
+    Case(
+        "prefetch_embeddings",
+        "SELECT kb.prefetch_embeddings(ARRAY[1], ' ')",
+        "22023",
+        "worker must name the worker that claimed the jobs",
+    ),
+    Case(
         "vector_search",
         "SELECT * FROM kb.vector_search(99999, ARRAY[1, 2]::real[], 10)",
         "P0002",
@@ -490,6 +503,7 @@ NO_BAD_INPUT = {
     "process_job": "an unknown or finished job is an outcome ('lost'), not an error",
     "fail_job": "an unknown job is an outcome ('lost'), not an error",
     "release_job": "an unknown job has nothing to release",
+    "renew_leases": "unknown or other workers' jobs are not renewed (it returns how many were)",
     "refresh_stale_communities": "no arguments (a failing KB is reported in its row)",
 }
 
