@@ -4,7 +4,8 @@
 with the sha256 of their body; an applied migration whose file has since changed is an
 error naming the file. ``sql/NNN-*.sql`` (``CREATE OR REPLACE`` only) are re-applied on
 every run. Everything happens in one transaction under an advisory lock, so two
-concurrent ``kbpg migrate`` runs cannot interleave and a failure changes nothing.
+concurrent ``kbpg migrate`` runs cannot interleave and a failure changes nothing. The
+table locks the scripts need are taken before any of them runs (``tables_to_lock``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,79 @@ def migrate(
     raise AssertionError("unreachable")
 
 
+# Table locks, weakest first; two different ones on a table combine into the next
+# stronger one that conflicts with everything either does.
+_MODES = ["ROW EXCLUSIVE", "SHARE", "SHARE ROW EXCLUSIVE", "ACCESS EXCLUSIVE"]
+
+
+def _stronger(a: str | None, b: str) -> str:
+    if a is None or a == b:
+        return b
+    return max(a, b, "SHARE ROW EXCLUSIVE", key=_MODES.index)
+
+
+def tables_to_lock(body: str) -> dict[str, str]:
+    """The existing-or-not kb tables a script's statements act on, each with the lock they
+    take: ACCESS EXCLUSIVE to alter, rename, lock or attach a policy, SHARE to index, SHARE
+    ROW EXCLUSIVE to replace a trigger or to be referenced by a new foreign key, ROW
+    EXCLUSIVE to change rows; a view being replaced, ACCESS EXCLUSIVE. Tables only read
+    are left out, and so are names inside a DO block or a function body: a migration
+    that alters tables from one locks them itself first (as 013 does)."""
+    import pglast
+    from pglast import ast
+    from pglast.visitors import Visitor
+
+    locks: dict[str, str] = {}
+
+    def add(rel: Any, mode: str) -> None:
+        if rel is not None and rel.schemaname == "kb":
+            name = f"kb.{rel.relname}"
+            locks[name] = _stronger(locks.get(name), mode)
+
+    class References(Visitor):  # type: ignore[misc]
+        def visit_Constraint(self, _ancestors: Any, node: Any) -> None:
+            add(node.pktable, "SHARE ROW EXCLUSIVE")
+
+    for raw in pglast.parse_sql(body):
+        stmt = raw.stmt
+        if isinstance(stmt, ast.AlterTableStmt | ast.RenameStmt):
+            add(stmt.relation, "ACCESS EXCLUSIVE")
+        elif isinstance(stmt, ast.CreatePolicyStmt):
+            add(stmt.table, "ACCESS EXCLUSIVE")
+        elif isinstance(stmt, ast.LockStmt):
+            for rel in stmt.relations or ():
+                add(rel, "ACCESS EXCLUSIVE")
+        elif isinstance(stmt, ast.ViewStmt):
+            add(stmt.view, "ACCESS EXCLUSIVE")
+        elif isinstance(stmt, ast.IndexStmt) and not stmt.concurrent:
+            add(stmt.relation, "SHARE")
+        elif isinstance(stmt, ast.CreateTrigStmt):
+            add(stmt.relation, "SHARE ROW EXCLUSIVE")
+        elif isinstance(stmt, ast.InsertStmt | ast.UpdateStmt | ast.DeleteStmt):
+            add(stmt.relation, "ROW EXCLUSIVE")
+        if isinstance(stmt, ast.AlterTableStmt | ast.CreateStmt):
+            References()(stmt)
+    return locks
+
+
+def _lock_first(conn: Any, to_run: list[Script]) -> None:
+    """Take every table lock the scripts about to run will need, before running any: a
+    table that is busy fails this try at once (lock_timeout), not after minutes of work
+    that would roll back, so a heavy migration on a live database cannot livelock."""
+    locks: dict[str, str] = {}
+    for script in to_run:
+        for table, mode in tables_to_lock(sqlgen.expand(script.body)).items():
+            locks[table] = _stronger(locks.get(table), mode)
+    # Tables only: LOCK TABLE on a view would also lock every table it reads, in the
+    # view's mode, where replacing the view locks just the view (briefly, at the end).
+    for table in sorted(locks):
+        row = conn.execute(
+            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (table,)
+        ).fetchone()
+        if row is not None and row[0] in ("r", "p"):
+            conn.execute(f"LOCK TABLE {table} IN {locks[table]} MODE")
+
+
 def _migrate_once(
     conn: Any,
     upto: str | None = None,
@@ -108,6 +182,13 @@ def _migrate_once(
         conn.execute("SET LOCAL lock_timeout = '500ms'")
         conn.execute(BOOTSTRAP)
         done = dict(conn.execute("SELECT name, sha256 FROM kb.migration").fetchall())
+        pending: list[Script] = []
+        for script in migrations:
+            if script.name not in done:
+                pending.append(script)
+            if upto and script.name == upto:
+                break
+        _lock_first(conn, [*pending, *(scripts(sql_dir()) if with_sql else [])])
         for script in migrations:
             if script.name in done:
                 if done[script.name] != script.sha256:

@@ -166,6 +166,51 @@ def test_migrate_on_a_live_database_never_breaks_searches(dsn: str) -> None:
     assert not errors, errors[0]
 
 
+def test_migrate_takes_its_locks_before_any_work(dsn: str) -> None:
+    """A pending migration whose table is busy fails its try at the lock, before any of
+    its statements run (a notice it raises first never arrives), and runs once free."""
+    body = (
+        "DO $$ BEGIN RAISE NOTICE 'migration work started'; END $$;\n"
+        "ALTER TABLE kb.job ADD COLUMN lock_probe integer;\n"
+        "ALTER TABLE kb.job DROP COLUMN lock_probe;\n"
+    )
+    extra = [*scripts(migrations_dir()), Script("999-lock-probe.sql", body)]
+    notices: list[str] = []
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as busy:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        busy.execute("SELECT count(*) FROM kb.job")  # holds ACCESS SHARE until rollback
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            migrate(conn, migrations=extra, attempts=2)
+        assert "migration work started" not in notices
+        assert not conn.execute(
+            "SELECT 1 FROM kb.migration WHERE name = '999-lock-probe.sql'"
+        ).fetchone()
+        busy.rollback()
+        assert "999-lock-probe.sql" in migrate(conn, migrations=extra)
+        assert "migration work started" in notices
+        conn.execute("DELETE FROM kb.migration WHERE name = '999-lock-probe.sql'")
+
+
+def test_lock_plan_names_what_each_statement_changes() -> None:
+    from kbpg.migrate import tables_to_lock
+
+    plan = tables_to_lock(
+        "CREATE TABLE kb.new_t (id bigint REFERENCES kb.document (id));\n"
+        "CREATE INDEX ON kb.chunk (ordinal);\n"
+        "UPDATE kb.job SET attempts = 0;\n"
+        "CREATE INDEX ON kb.job (attempts);\n"
+        "CREATE OR REPLACE VIEW kb.v AS SELECT * FROM kb.posting;\n"
+        "SELECT * FROM kb.term_stat;\n"
+        "DO $$ BEGIN EXECUTE 'ALTER TABLE kb.embedding ADD COLUMN x int'; END $$;\n"
+    )
+    assert plan == {
+        "kb.document": "SHARE ROW EXCLUSIVE",  # a new foreign key's target
+        "kb.chunk": "SHARE",
+        "kb.job": "SHARE ROW EXCLUSIVE",  # rows changed (ROW EXCLUSIVE) and indexed (SHARE)
+        "kb.v": "ACCESS EXCLUSIVE",
+    }
+
+
 # Tables that hold no knowledge base's rows: replicated whole under Citus (README, "Beyond
 # one machine"). Every other table is per-KB and must pass the checks below.
 REFERENCE_TABLES = {
