@@ -160,12 +160,13 @@ def _lock_first(conn: Any, to_run: list[Script]) -> None:
             locks[table] = _stronger(locks.get(table), mode)
     # Tables only: LOCK TABLE on a view would also lock every table it reads, in the
     # view's mode, where replacing the view locks just the view (briefly, at the end).
-    for table in sorted(locks):
-        row = conn.execute(
-            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (table,)
-        ).fetchone()
-        if row is not None and row[0] in ("r", "p"):
-            conn.execute(f"LOCK TABLE {table} IN {locks[table]} MODE")
+    tables = conn.execute(
+        "SELECT t FROM unnest(%s::text[]) t JOIN pg_class c ON c.oid = to_regclass(t) "
+        "WHERE c.relkind IN ('r', 'p') ORDER BY t",
+        (sorted(locks),),
+    ).fetchall()
+    for (table,) in tables:
+        conn.execute(f"LOCK TABLE {table} IN {locks[table]} MODE")
 
 
 def _migrate_once(

@@ -383,8 +383,7 @@ BEGIN
     RETURN 0;
   END IF;
   v_n := kb._py_prefetch_embeddings(v_ids, worker);
-  UPDATE kb.job j SET locked_until = now() + make_interval(secs => j.lease_seconds)
-   WHERE j.id = ANY (v_ids);
+  PERFORM kb.renew_leases(v_ids, worker);
   RETURN v_n;
 /*@reraise_expected*/
 END

@@ -269,12 +269,10 @@ def take_ahead(cfg: IndexingConfig, texts: list[str]) -> Embeddings | None:
     """The vectors embed_ahead kept for all of ``texts`` (taken out), or None when any is
     missing (the caller embeds them all as usual)."""
     key = model_key(cfg)
-    if not texts or any(not _ahead.get((key, t)) for t in texts):
-        return None
     need: dict[str, int] = {}
     for t in texts:
         need[t] = need.get(t, 0) + 1
-    if any(len(_ahead[(key, t)]) < n for t, n in need.items()):
+    if not texts or any(len(_ahead.get((key, t), ())) < n for t, n in need.items()):
         return None
     vectors: list[list[float]] = []
     spent_tokens = 0.0
