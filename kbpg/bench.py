@@ -899,8 +899,11 @@ def bench_docs(dsn: str, quick: bool) -> dict[str, Any]:
         "markdown_header chunks of 200 tokens"
     }
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # kb.list_documents, not the view by name: planned for this KB, not an average one
+        # (a scan of every document beside the scale group's 1M-chunk KB).
         built = conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'ready') FROM kb.document_status WHERE kb = %s",
+            "SELECT count(*) FILTER (WHERE d.status = 'ready') FROM kb.knowledge_base k, "
+            "kb.list_documents(k.name) d WHERE k.name = %s",
             (kb,),
         ).fetchone()
         if not built or built[0] != len(pages):
@@ -914,7 +917,7 @@ def bench_docs(dsn: str, quick: bool) -> dict[str, Any]:
             out["index_seconds"] = round(time.perf_counter() - t0, 1)
         chunks: Any = conn.execute(
             "SELECT sum(chunk_count), count(*) FILTER (WHERE status = 'error') "
-            "FROM kb.document_status WHERE kb = %s",
+            "FROM kb.list_documents(%s)",
             (kb,),
         ).fetchone()
         out["chunks"], out["failed_pages"] = int(chunks[0] or 0), int(chunks[1] or 0)
@@ -993,12 +996,14 @@ def bench_codegraph(dsn: str, quick: bool) -> dict[str, Any]:
         resolved: Any = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE resolution IN ('same_file', 'import')), "
             "count(*) FILTER (WHERE resolution = 'name_only'), "
-            "count(*) FILTER (WHERE resolution = 'external') FROM kb._graph_edges(%s) e "
+            "count(*) FILTER (WHERE resolution = 'external') FROM kb._graph_edges(kb._index_kb(%s), %s) e "
             "WHERE e.kind IN ('calls', 'imports', 'inherits', 'implements')",
-            (ix,),
+            (ix, ix),
         ).fetchone()
         resolve_s = time.perf_counter() - t0
-        edges = scalar(conn, "SELECT count(*) FROM kb._graph_edges(%s)", (ix,))
+        edges = scalar(
+            conn, "SELECT count(*) FROM kb._graph_edges(kb._index_kb(%s), %s)", (ix, ix)
+        )
         graph_cost = out["graph_index_seconds"] - out["plain_index_seconds"]
         out["vertices"] = {"code": counts[0], "all": counts[1]}
         out["edges"] = edges

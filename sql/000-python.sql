@@ -338,26 +338,27 @@ $$;
 COMMENT ON FUNCTION kb._assemble_context(jsonb, integer, integer) IS
   'Internal: lays ranked rows out as cited context within a token budget.';
 
-CREATE OR REPLACE FUNCTION kb._py_tree_search(index_id bigint, query text, retrieval_config jsonb,
-    indexing_config jsonb) RETURNS SETOF kb.tree_hit
+CREATE OR REPLACE FUNCTION kb._py_tree_search(kb_id integer, index_id bigint, query text,
+    retrieval_config jsonb, indexing_config jsonb) RETURNS SETOF kb.tree_hit
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.tree_search(plpy, index_id, query, retrieval_config, indexing_config)
+return sqlapi.tree_search(plpy, kb_id, index_id, query, retrieval_config, indexing_config)
 $$;
-CREATE OR REPLACE FUNCTION kb._tree_search(index_id bigint, query text, retrieval_config jsonb,
-    indexing_config jsonb)
+CREATE OR REPLACE FUNCTION kb._tree_search(kb_id integer, index_id bigint, query text,
+    retrieval_config jsonb, indexing_config jsonb)
 RETURNS SETOF kb.tree_hit
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN QUERY SELECT * FROM kb._py_tree_search(index_id, query, retrieval_config, indexing_config);
+  RETURN QUERY SELECT * FROM kb._py_tree_search(kb_id, index_id, query, retrieval_config,
+                                                indexing_config);
 /*@reraise_expected*/
 END
 $$;
-COMMENT ON FUNCTION kb._tree_search(bigint, text, jsonb, jsonb) IS
+COMMENT ON FUNCTION kb._tree_search(integer, bigint, text, jsonb, jsonb) IS
   'Internal: PageIndex Tree Search (LLM over the ToCs); the first row carries the note, what '
   'each phase chose, and the LLM usage. Writes nothing.';

@@ -20,10 +20,28 @@ END
 $$;
 COMMENT ON FUNCTION kb._get_kb(text) IS 'Internal: the knowledge base row by name, or no_data_found.';
 
+CREATE OR REPLACE FUNCTION kb._get_kb_by_id(p_kb_id integer) RETURNS kb.knowledge_base
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v kb.knowledge_base;
+BEGIN
+  SELECT * INTO v FROM kb.knowledge_base k WHERE k.id = p_kb_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'knowledge base with id % does not exist', p_kb_id
+      USING ERRCODE = 'no_data_found', HINT = 'kb.list_knowledge_bases() lists them';
+  END IF;
+  RETURN v;
+END
+$$;
+COMMENT ON FUNCTION kb._get_kb_by_id(integer) IS
+  'Internal: the knowledge base row by id (as the caller may see it), or no_data_found.';
+
 CREATE OR REPLACE FUNCTION kb._active_index(v_kb kb.knowledge_base) RETURNS kb.kb_index
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
-AS $$ SELECT * FROM kb.kb_index WHERE id = v_kb.active_index_id $$;
+AS $$ SELECT * FROM kb.kb_index i WHERE i.id = v_kb.active_index_id AND i.kb_id = v_kb.id $$;
 
 CREATE OR REPLACE FUNCTION kb._index_kb(p_index_id bigint) RETURNS integer
 LANGUAGE sql STABLE

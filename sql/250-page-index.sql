@@ -71,10 +71,10 @@ BEGIN
   RETURN QUERY
   SELECT t.rank, n.document_id, d.title, n.node_id, c.heading_path, n.page_start, n.page_end,
          c.content, n.summary, t.reasoning, t.chunk_id, t.note, t.phases, t.usage
-  FROM kb._tree_search(v_ix.id, query, v_prep.config, v_ix.indexing_config) t
-  LEFT JOIN kb.page_index_node n ON n.chunk_id = t.chunk_id
-  LEFT JOIN kb.chunk c ON c.id = t.chunk_id
-  LEFT JOIN kb.document d ON d.id = n.document_id
+  FROM kb._tree_search(v_kb.id, v_ix.id, query, v_prep.config, v_ix.indexing_config) t
+  LEFT JOIN kb.page_index_node n ON n.chunk_id = t.chunk_id AND n.kb_id = v_kb.id
+  LEFT JOIN kb.chunk c ON c.id = t.chunk_id AND c.kb_id = v_kb.id
+  LEFT JOIN kb.document d ON d.id = n.document_id AND d.kb_id = v_kb.id
   ORDER BY t.rank NULLS LAST;
 END
 $$;

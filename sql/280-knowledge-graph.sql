@@ -143,7 +143,8 @@ $$;
 COMMENT ON FUNCTION kb._module_tier(text, text, text[]) IS
   'Internal: which of the modules a reference may come from (1 the first) a file is; 1000: none.';
 
-CREATE OR REPLACE FUNCTION kb._graph_edges(p_index_id bigint, p_sources bigint[] DEFAULT NULL,
+CREATE OR REPLACE FUNCTION kb._graph_edges(p_kb_id integer, p_index_id bigint,
+                                           p_sources bigint[] DEFAULT NULL,
                                            p_target_names text[] DEFAULT NULL)
 RETURNS TABLE (edge_id bigint, source_id bigint, target_id bigint, kind text,
                confidence real, resolution text, line integer, target_name text,
@@ -157,23 +158,27 @@ BEGIN
   -- Which edges: from some vertices, to targets of some names, or all of the generation
   -- (each its own statement, so each is planned on its own index).
   IF p_sources IS NOT NULL THEN
-    v_edges := ARRAY(SELECT g.id FROM kb.graph_edge g WHERE g.source_id = ANY (p_sources));
+    v_edges := ARRAY(SELECT g.id FROM kb.graph_edge g
+                      WHERE g.source_id = ANY (p_sources) AND g.kb_id = p_kb_id);
   ELSIF p_target_names IS NOT NULL THEN
-    v_edges := ARRAY(SELECT g.id FROM kb.graph_node t JOIN kb.graph_edge g ON g.target_id = t.id
-                      WHERE t.index_id = p_index_id AND t.name = ANY (p_target_names)
+    v_edges := ARRAY(SELECT g.id FROM kb.graph_node t
+                       JOIN kb.graph_edge g ON g.target_id = t.id AND g.kb_id = t.kb_id
+                      WHERE t.index_id = p_index_id AND t.kb_id = p_kb_id
+                        AND t.name = ANY (p_target_names)
                      UNION ALL
                      SELECT g.id FROM kb.graph_edge g
-                      WHERE g.index_id = p_index_id AND g.target_id IS NULL
+                      WHERE g.index_id = p_index_id AND g.kb_id = p_kb_id AND g.target_id IS NULL
                         AND g.target_name = ANY (p_target_names));
   ELSE
-    v_edges := ARRAY(SELECT g.id FROM kb.graph_edge g WHERE g.index_id = p_index_id);
+    v_edges := ARRAY(SELECT g.id FROM kb.graph_edge g
+                      WHERE g.index_id = p_index_id AND g.kb_id = p_kb_id);
   END IF;
   RETURN QUERY
   -- Edges stored resolved: structure, references within one file, relations.
   SELECT e.id, e.source_id, e.target_id, e.kind, e.confidence, e.resolution, e.line,
          coalesce(e.target_name, t.name), e.label, e.chunk_id
-    FROM kb.graph_edge e JOIN kb.graph_node t ON t.id = e.target_id
-   WHERE e.id = ANY (v_edges)
+    FROM kb.graph_edge e JOIN kb.graph_node t ON t.id = e.target_id AND t.kb_id = e.kb_id
+   WHERE e.id = ANY (v_edges) AND e.kb_id = p_kb_id
   UNION ALL
   -- References to other files, resolved as they are read: 'import' where one of the
   -- modules the reference may come from holds the target (the first such module wins),
@@ -184,7 +189,7 @@ BEGIN
          coalesce(c.confidence, 0)::real, coalesce(c.resolution, 'external'), e.line,
          e.target_name, e.label, e.chunk_id
     FROM kb.graph_edge e
-    JOIN kb.graph_node src ON src.id = e.source_id
+    JOIN kb.graph_node src ON src.id = e.source_id AND src.kb_id = e.kb_id
     LEFT JOIN LATERAL (
       SELECT r.id,
              (CASE WHEN r.tier < 1000 THEN 0.9 ELSE 0.5 END / count(*) OVER ()) AS confidence,
@@ -194,14 +199,16 @@ BEGIN
         FROM (
           SELECT n.id, kb._module_tier(n.module, n.path, e.target_modules) AS tier
             FROM kb.graph_node n
-           WHERE e.kind <> 'imports' AND n.index_id = e.index_id AND n.name = e.target_name
+           WHERE e.kind <> 'imports' AND n.index_id = e.index_id AND n.kb_id = e.kb_id
+             AND n.name = e.target_name
              AND n.graph = 'code' AND n.kind = ANY (kb._graph_target_kinds(e.kind))
              AND n.document_id <> e.document_id
              AND kb._language_family(n.language) = kb._language_family(src.language)
           UNION ALL
           SELECT n.id, kb._module_tier(n.module, n.path, e.target_modules)
             FROM kb.graph_node n
-           WHERE e.kind = 'imports' AND n.index_id = e.index_id AND n.kind = 'file'
+           WHERE e.kind = 'imports' AND n.index_id = e.index_id AND n.kb_id = e.kb_id
+             AND n.kind = 'file'
              AND n.graph = 'code' AND n.document_id <> e.document_id
              AND kb._language_family(n.language) = kb._language_family(src.language)
              AND (regexp_replace(n.module, '^.*/', '') = ANY (
@@ -212,15 +219,15 @@ BEGIN
       ) r
       WHERE r.tier = r.best AND (e.kind <> 'imports' OR r.tier < 1000)
     ) c ON true
-   WHERE e.id = ANY (v_edges) AND e.target_id IS NULL;
+   WHERE e.id = ANY (v_edges) AND e.kb_id = p_kb_id AND e.target_id IS NULL;
 END
 $$;
-COMMENT ON FUNCTION kb._graph_edges(bigint, bigint[], text[]) IS
+COMMENT ON FUNCTION kb._graph_edges(integer, bigint, bigint[], text[]) IS
   'Internal: the edges of an index generation''s knowledge graph with every reference '
   'resolved (structure, same_file, import, name_only, external), optionally only those from '
   'some vertices or to targets of some names.';
 
-CREATE OR REPLACE FUNCTION kb._entity_peers(p_index_id bigint, p_ids bigint[])
+CREATE OR REPLACE FUNCTION kb._entity_peers(p_kb_id integer, p_index_id bigint, p_ids bigint[])
 RETURNS TABLE (source_id bigint, peer_id bigint)
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
@@ -232,20 +239,21 @@ AS $$
     SELECT n.id, n.kind, coalesce(m.other_key, n.qualified_name) AS canonical
       FROM kb.graph_node n
       LEFT JOIN kb.graph_entity_merge m
-        ON m.index_id = n.index_id AND m.key = n.qualified_name AND m.merged
-     WHERE n.id = ANY (p_ids) AND n.kind IN ('entity', 'repository')
+        ON m.index_id = n.index_id AND m.kb_id = n.kb_id AND m.key = n.qualified_name AND m.merged
+     WHERE n.id = ANY (p_ids) AND n.kb_id = p_kb_id AND n.kind IN ('entity', 'repository')
   )
   SELECT s.id, o.id
     FROM s
     JOIN kb.graph_node o
-      ON o.index_id = p_index_id AND o.kind = s.kind AND o.id <> s.id
+      ON o.index_id = p_index_id AND o.kb_id = p_kb_id AND o.kind = s.kind AND o.id <> s.id
      AND o.qualified_name IN (SELECT s.canonical
                               UNION ALL
                               SELECT m.key FROM kb.graph_entity_merge m
-                               WHERE m.index_id = p_index_id AND m.other_key = s.canonical
+                               WHERE m.index_id = p_index_id AND m.kb_id = p_kb_id
+                                 AND m.other_key = s.canonical
                                  AND m.merged)
 $$;
-COMMENT ON FUNCTION kb._entity_peers(bigint, bigint[]) IS
+COMMENT ON FUNCTION kb._entity_peers(integer, bigint, bigint[]) IS
   'Internal: for entity vertices, the vertices of the same entity in other documents and '
   'under keys merged into it; for a repository vertex, those of its other files.';
 
@@ -377,7 +385,7 @@ BEGIN
   SELECT s.qualified_name, s.kind, s.path, e.line, coalesce(t.qualified_name, e.target_name),
          t.kind, t.path, e.kind, e.confidence, e.resolution,
          CASE WHEN p_incoming THEN s.chunk_id ELSE t.chunk_id END
-    FROM kb._graph_edges(p_index_id,
+    FROM kb._graph_edges(kb._index_kb(p_index_id), p_index_id,
                          CASE WHEN p_incoming THEN NULL ELSE v_nodes END,
                          CASE WHEN p_incoming THEN v_names END) e
     JOIN kb.graph_node s ON s.id = e.source_id
@@ -448,7 +456,7 @@ BEGIN
     SELECT array_agg(e.source_id), array_agg(e.target_id), array_agg(e.edge_id),
            array_agg(e.confidence), array_agg(e.resolution)
       INTO v_ids, v_to, v_edges, v_conf, v_res
-      FROM kb._graph_edges(v_ix, NULL,
+      FROM kb._graph_edges(kb._index_kb(v_ix), v_ix, NULL,
                            ARRAY(SELECT n.name FROM kb.graph_node n WHERE n.id = ANY (v_frontier))) e
      WHERE e.kind IN ('inherits', 'implements') AND e.target_id = ANY (v_frontier)
        AND NOT e.source_id = ANY (v_seen);
@@ -477,14 +485,15 @@ LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT kb._graph_index(graph_imports.kb);  -- the check, even where nothing is read
-  WITH ix AS (SELECT kb._graph_index(graph_imports.kb) AS id),
+  WITH ix AS (SELECT x.id, kb._index_kb(x.id) AS kb_id
+              FROM (SELECT kb._graph_index(graph_imports.kb) AS id) x),
   f AS (
     SELECT n.id, n.path FROM ix JOIN kb.graph_node n
       ON n.index_id = ix.id AND n.kind = 'file'
      AND (n.path = file_path OR right(n.path, length(file_path) + 1) = '/' || file_path)
   )
   SELECT f.path, e.line, e.target_name, t.path, e.resolution, e.confidence
-    FROM ix, f, kb._graph_edges(ix.id, ARRAY[f.id]) e
+    FROM ix, f, kb._graph_edges(ix.kb_id, ix.id, ARRAY[f.id]) e
     LEFT JOIN kb.graph_node t ON t.id = e.target_id
    WHERE e.kind = 'imports'
    ORDER BY f.path, e.line, t.path
@@ -551,20 +560,20 @@ BEGIN
   WHILE v_frontier IS NOT NULL AND v_depth < hops AND v_left > 0 LOOP
     v_depth := v_depth + 1;
     -- An entity's edges in every document it appears in are its own.
-    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(v_ix, v_frontier) p);
+    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(kb._index_kb(v_ix), v_ix, v_frontier) p);
     SELECT array_agg(x.other), array_agg(x.here), array_agg(x.kind), array_agg(x.direction)
       INTO v_ids, v_from, v_via, v_dir
       FROM (
         SELECT DISTINCT ON (y.other) y.* FROM (
           SELECT p.peer_id AS other, p.source_id AS here, 'same entity' AS kind,
                  'out' AS direction
-            FROM kb._entity_peers(v_ix, v_frontier) p
+            FROM kb._entity_peers(kb._index_kb(v_ix), v_ix, v_frontier) p
           UNION ALL
           SELECT e.target_id, e.source_id, coalesce(e.label, e.kind), 'out'
-            FROM kb._graph_edges(v_ix, v_src) e WHERE e.target_id IS NOT NULL
+            FROM kb._graph_edges(kb._index_kb(v_ix), v_ix, v_src) e WHERE e.target_id IS NOT NULL
           UNION ALL
           SELECT e.source_id, e.target_id, coalesce(e.label, e.kind), 'in'
-            FROM kb._graph_edges(v_ix, NULL,
+            FROM kb._graph_edges(kb._index_kb(v_ix), v_ix, NULL,
                                  ARRAY(SELECT n.name FROM kb.graph_node n
                                         WHERE n.id = ANY (v_src))) e
            WHERE e.target_id = ANY (v_src)
@@ -597,7 +606,7 @@ CREATE OR REPLACE VIEW kb.graph_edges WITH (security_invoker = true) AS
          t.kind AS target_kind, t.path AS target_path, e.line, e.confidence, e.resolution,
          e.label, e.chunk_id
   FROM kb.knowledge_base k
-  CROSS JOIN LATERAL kb._graph_edges(k.active_index_id) e
+  CROSS JOIN LATERAL kb._graph_edges(k.id, k.active_index_id) e
   JOIN kb.graph_node s ON s.id = e.source_id
   LEFT JOIN kb.graph_node t ON t.id = e.target_id;
 COMMENT ON VIEW kb.graph_edges IS
@@ -605,8 +614,9 @@ COMMENT ON VIEW kb.graph_edges IS
   'for one graph. Code edges read: source (qualified name) kind target.';
 GRANT SELECT ON kb.graph_edges TO PUBLIC;
 
-CREATE OR REPLACE FUNCTION kb._graph_channel(p_index_id bigint, p_query text, p_limit integer,
-                                             p_hops integer, p_filter jsonb DEFAULT NULL,
+CREATE OR REPLACE FUNCTION kb._graph_channel(p_kb_id integer, p_index_id bigint, p_query text,
+                                             p_limit integer, p_hops integer,
+                                             p_filter jsonb DEFAULT NULL,
                                              p_embedding real[] DEFAULT NULL)
 RETURNS TABLE (chunk_id bigint, rank integer, path text)
 LANGUAGE plpgsql STABLE
@@ -644,18 +654,19 @@ BEGIN
              + CASE WHEN position(lower(n.qualified_name) in lower(p_query)) > 0
                          AND n.qualified_name <> n.name THEN 1 ELSE 0 END AS score
         FROM kb.graph_node n
-       WHERE n.index_id = p_index_id AND n.graph = 'code'
+       WHERE n.index_id = p_index_id AND n.kb_id = p_kb_id AND n.graph = 'code'
          AND lower(n.name) = ANY (v_terms)
       UNION ALL
       SELECT n.id, 1.5 + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
         FROM kb.graph_node n
-       WHERE n.index_id = p_index_id AND n.graph = 'heading' AND length(n.name) >= 4
+       WHERE n.index_id = p_index_id AND n.kb_id = p_kb_id AND n.graph = 'heading'
+         AND length(n.name) >= 4
          AND position(lower(n.name) in lower(p_query)) > 0
       UNION ALL
       -- Entities the query names (a word, or a name of several words it contains).
       SELECT n.id, 2 + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
         FROM kb.graph_node n
-       WHERE n.index_id = p_index_id AND n.graph = 'triplets'
+       WHERE n.index_id = p_index_id AND n.kb_id = p_kb_id AND n.graph = 'triplets'
          AND (lower(n.name) = ANY (v_terms)
               OR (length(n.name) >= 4 AND n.name ~ '\s'
                   AND position(lower(n.name) in lower(p_query)) > 0))
@@ -665,7 +676,8 @@ BEGIN
       SELECT v.id, 1 + v.sim FROM (
         SELECT n.id, 1 - (n.embedding <=> p_embedding::vector) AS sim
           FROM kb.graph_node n
-         WHERE p_embedding IS NOT NULL AND n.index_id = p_index_id AND n.kind = 'entity'
+         WHERE p_embedding IS NOT NULL AND n.index_id = p_index_id AND n.kb_id = p_kb_id
+           AND n.kind = 'entity'
            AND n.embedding IS NOT NULL
          ORDER BY n.embedding <=> p_embedding::vector
          LIMIT 5
@@ -678,7 +690,7 @@ BEGIN
   -- define and contain first, then their bases, then calls either way, then imports.
   WHILE v_frontier IS NOT NULL AND v_depth < p_hops AND cardinality(v_ids) < p_limit LOOP
     v_depth := v_depth + 1;
-    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(p_index_id, v_frontier) p);
+    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(p_kb_id, p_index_id, v_frontier) p);
     SELECT v_ids || array_agg(x.other ORDER BY x.prio, x.conf DESC, x.other),
            v_from || array_agg(x.here ORDER BY x.prio, x.conf DESC, x.other),
            v_via || array_agg(x.via ORDER BY x.prio, x.conf DESC, x.other),
@@ -688,25 +700,26 @@ BEGIN
         SELECT DISTINCT ON (y.other) y.* FROM (
           SELECT p.peer_id AS other, p.source_id AS here, 'same entity' AS via,
                  1::real AS conf, 0 AS prio
-            FROM kb._entity_peers(p_index_id, v_frontier) p
+            FROM kb._entity_peers(p_kb_id, p_index_id, v_frontier) p
           UNION ALL
           SELECT e.target_id, e.source_id, coalesce(e.label, e.kind), e.confidence,
                  CASE e.kind WHEN 'defines' THEN 0 WHEN 'contains' THEN 0
                              WHEN 'inherits' THEN 1 WHEN 'implements' THEN 1
                              WHEN 'relation' THEN 1 WHEN 'calls' THEN 2 ELSE 3 END
-            FROM kb._graph_edges(p_index_id, v_src) e
+            FROM kb._graph_edges(p_kb_id, p_index_id, v_src) e
            WHERE e.target_id IS NOT NULL AND e.kind NOT IN ('include', 'next')
           UNION ALL
           SELECT e.source_id, e.target_id, coalesce(e.label, e.kind) || ' (in)', e.confidence,
                  CASE e.kind WHEN 'inherits' THEN 1 WHEN 'implements' THEN 1
                              WHEN 'relation' THEN 1 WHEN 'calls' THEN 2 ELSE 4 END
-            FROM kb._graph_edges(p_index_id, NULL,
+            FROM kb._graph_edges(p_kb_id, p_index_id, NULL,
                                  ARRAY(SELECT n.name FROM kb.graph_node n
-                                        WHERE n.id = ANY (v_src))) e
+                                        WHERE n.id = ANY (v_src) AND n.kb_id = p_kb_id)) e
            WHERE e.target_id = ANY (v_src)
              AND e.kind IN ('calls', 'inherits', 'implements', 'relation')
         ) y
-        JOIN kb.graph_node o ON o.id = y.other AND o.kind NOT IN ('document', 'chunk')
+        JOIN kb.graph_node o ON o.id = y.other AND o.kb_id = p_kb_id
+                            AND o.kind NOT IN ('document', 'chunk')
         WHERE NOT y.other = ANY (v_ids)
         ORDER BY y.other, y.prio, y.conf DESC
       ) x;
@@ -722,9 +735,9 @@ BEGIN
                   ELSE kb._vertex_label(f) || ' -' || u.via || '-> '
                        || kb._vertex_label(n) END AS path
         FROM unnest(v_ids, v_from, v_via) WITH ORDINALITY AS u(id, src, via, pos)
-        JOIN kb.graph_node n ON n.id = u.id
-        JOIN kb.graph_node f ON f.id = u.src
-        JOIN kb.chunk c ON c.id = n.chunk_id
+        JOIN kb.graph_node n ON n.id = u.id AND n.kb_id = p_kb_id
+        JOIN kb.graph_node f ON f.id = u.src AND f.kb_id = p_kb_id
+        JOIN kb.chunk c ON c.id = n.chunk_id AND c.kb_id = p_kb_id
        WHERE n.chunk_id IS NOT NULL AND (p_filter IS NULL OR c.metadata @> p_filter)
        ORDER BY n.chunk_id, u.pos
     ) q
@@ -732,7 +745,7 @@ BEGIN
    LIMIT p_limit;
 END
 $$;
-COMMENT ON FUNCTION kb._graph_channel(bigint, text, integer, integer, jsonb, real[]) IS
+COMMENT ON FUNCTION kb._graph_channel(integer, bigint, text, integer, integer, jsonb, real[]) IS
   'Internal: the knowledge-graph channel of a hybrid search: the vertices the query names '
   '(definitions, files and entities by name, headings it quotes, entities nearest the query '
   'vector), then their neighbours within p_hops '
@@ -800,7 +813,7 @@ BEGIN
           OR lower(btrim(entity)) IN (SELECT lower(a)
                                        FROM jsonb_array_elements_text(n.properties->'aliases') a));
   -- The same entity in the other documents it appears in, and under merged keys.
-  v_own := v_own || ARRAY(SELECT p.peer_id FROM kb._entity_peers(v_ix, v_own) p);
+  v_own := v_own || ARRAY(SELECT p.peer_id FROM kb._entity_peers(kb._index_kb(v_ix), v_ix, v_own) p);
   RETURN QUERY
   SELECT s.name, e.label, t.name, d.title, e.chunk_id
     FROM kb.graph_edge e

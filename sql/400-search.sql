@@ -1,8 +1,8 @@
 -- Retrieval: vector (HNSW), full_text (BM25), hybrid (weighted RRF), optional rerank.
 
-CREATE OR REPLACE FUNCTION kb.vector_search(index_id bigint, query_embedding real[],
-                                            top_k integer DEFAULT 10, filter jsonb DEFAULT NULL,
-                                            ef_search integer DEFAULT /*@ef_search*/200/*@*/)
+CREATE OR REPLACE FUNCTION kb._vector_search(kb_id integer, index_id bigint,
+                                             query_embedding real[], top_k integer,
+                                             filter jsonb, ef_search integer)
 RETURNS TABLE (chunk_id bigint, similarity double precision)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -13,7 +13,8 @@ DECLARE
   v_old_ef text := current_setting('hnsw.ef_search', true);
   v_old_it text := current_setting('hnsw.iterative_scan', true);
 BEGIN
-  SELECT i.embedding_dim INTO v_dim FROM kb.kb_index i WHERE i.id = vector_search.index_id;
+  SELECT i.embedding_dim INTO v_dim FROM kb.kb_index i
+   WHERE i.id = _vector_search.index_id AND i.kb_id = _vector_search.kb_id;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'index generation % does not exist', index_id USING ERRCODE = 'no_data_found';
   END IF;
@@ -30,17 +31,33 @@ BEGIN
     WITH nn AS MATERIALIZED (
       SELECT e.chunk_id, e.embedding::%1$s(%2$s) <=> $1::%1$s(%2$s) AS dist
       FROM kb.embedding e %4$s
-      WHERE e.index_id = %3$s %5$s
+      WHERE e.index_id = %3$s AND e.kb_id = %6$s %5$s
       ORDER BY e.embedding::%1$s(%2$s) <=> $1::%1$s(%2$s)
       LIMIT $2)
     SELECT nn.chunk_id, 1 - nn.dist FROM nn ORDER BY nn.dist, nn.chunk_id$q$,
     v_typ, v_dim, index_id,
     CASE WHEN filter IS NOT NULL THEN 'JOIN kb.chunk c ON c.id = e.chunk_id' ELSE '' END,
-    CASE WHEN filter IS NOT NULL THEN 'AND c.metadata @> $3' ELSE '' END)
+    CASE WHEN filter IS NOT NULL THEN 'AND c.kb_id = e.kb_id AND c.metadata @> $3' ELSE '' END,
+    kb_id)
   USING query_embedding::vector, top_k, filter;
   PERFORM set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
   PERFORM set_config('hnsw.iterative_scan', coalesce(v_old_it, 'off'), true);
 END
+$$;
+COMMENT ON FUNCTION kb._vector_search(integer, bigint, real[], integer, jsonb, integer) IS
+  'Internal: kb.vector_search within one knowledge base: every statement reads that kb_id''s '
+  'rows only (what Citus routes to the node holding the KB; README "Beyond one machine").';
+
+CREATE OR REPLACE FUNCTION kb.vector_search(index_id bigint, query_embedding real[],
+                                            top_k integer DEFAULT 10, filter jsonb DEFAULT NULL,
+                                            ef_search integer DEFAULT /*@ef_search*/200/*@*/)
+RETURNS TABLE (chunk_id bigint, similarity double precision)
+LANGUAGE sql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT s.chunk_id, s.similarity
+  FROM kb._vector_search(kb._index_kb(vector_search.index_id), vector_search.index_id,
+                         query_embedding, top_k, filter, ef_search) s
 $$;
 COMMENT ON FUNCTION kb.vector_search(bigint, real[], integer, jsonb, integer) IS
   'Nearest chunks of an index generation by cosine similarity through its HNSW index, with '
@@ -102,7 +119,7 @@ COMMENT ON FUNCTION kb._check_query(text) IS
   'Internal: a query every search entry point accepts (not empty, at most 32768 characters).';
 
 CREATE OR REPLACE FUNCTION kb._search_core(
-    p_kb text, p_query text, p_overrides jsonb)
+    p_kb_id integer, p_query text, p_overrides jsonb)
 RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
                vector_rank integer, vector_score double precision,
                bm25_rank integer, bm25_score double precision,
@@ -136,7 +153,7 @@ DECLARE
   v_gpath  text[];
   v_zscore boolean;
 BEGIN
-  v_kb := kb._get_kb(p_kb);
+  v_kb := kb._get_kb_by_id(p_kb_id);
   PERFORM kb._check_query(p_query);
   v_ix := kb._active_index(v_kb);
   IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text' THEN
@@ -164,7 +181,8 @@ BEGIN
 
   IF v_method = 'tree_search' THEN
     -- PageIndex: the LLM reads the trees' ToCs (kbpg_db/tree_search.py); ranks as it chose.
-    v_tree := ARRAY(SELECT t FROM kb._tree_search(v_ix.id, p_query, v_cfg, v_ix.indexing_config) t);
+    v_tree := ARRAY(SELECT t FROM kb._tree_search(p_kb_id, v_ix.id, p_query, v_cfg,
+                                                  v_ix.indexing_config) t);
     v_prep.note := v_tree[1].note;
     v_prep.usage := coalesce(v_prep.usage, '{}') || jsonb_build_object('llm', v_tree[1].usage);
     v_rows := ARRAY(
@@ -178,7 +196,7 @@ BEGIN
       v_gw := (v_cfg->>'graph_weight')::double precision;
       SELECT array_agg(g.chunk_id ORDER BY g.rank), array_agg(g.path ORDER BY g.rank)
         INTO v_gchunk, v_gpath
-        FROM kb._graph_channel(v_ix.id, p_query, (v_cfg->>'graph_limit')::integer,
+        FROM kb._graph_channel(p_kb_id, v_ix.id, p_query, (v_cfg->>'graph_limit')::integer,
                                (v_cfg->>'graph_hops')::integer, v_filter, v_prep.embedding) g;
     END IF;
     v_rows := ARRAY(
@@ -189,16 +207,17 @@ BEGIN
                row_number() OVER (ORDER BY x.similarity DESC, x.chunk_id)::integer AS rn,
                coalesce((x.similarity - avg(x.similarity) OVER ())
                         / nullif(stddev_pop(x.similarity) OVER (), 0), 0) AS z
-        FROM kb.vector_search(v_ix.id, v_prep.embedding, v_depth, v_filter,
-                              (v_cfg->>'ef_search')::integer) x
+        FROM kb._vector_search(p_kb_id, v_ix.id, v_prep.embedding, v_depth, v_filter,
+                               (v_cfg->>'ef_search')::integer) x
         WHERE v_method IN ('vector', 'hybrid') AND v_prep.embedding IS NOT NULL
       ), t AS (
         SELECT x.chunk_id, x.score,
                row_number() OVER (ORDER BY x.score DESC, x.chunk_id)::integer AS rn,
                coalesce((x.score - avg(x.score) OVER ())
                         / nullif(stddev_pop(x.score) OVER (), 0), 0) AS z
-        FROM kb.bm25_search(v_ix.id, p_query, v_depth, (v_cfg->>'bm25_k1')::double precision,
-                            (v_cfg->>'bm25_b')::double precision, v_filter) x
+        FROM kb._bm25_search(p_kb_id, v_ix.id, p_query, v_depth,
+                             (v_cfg->>'bm25_k1')::double precision,
+                             (v_cfg->>'bm25_b')::double precision, v_filter) x
         WHERE v_method IN ('full_text', 'hybrid')
       ), gr0 AS (
         SELECT u.chunk_id, u.rn::integer AS rn FROM unnest(v_gchunk) WITH ORDINALITY AS u(chunk_id, rn)
@@ -231,7 +250,7 @@ BEGIN
         -- row-level security lookup per candidate.)
         SELECT e.chunk_id, 1 - (e.embedding <=> v_prep.embedding::vector) AS similarity
         FROM kb.embedding e
-        WHERE v_prep.embedding IS NOT NULL
+        WHERE v_prep.embedding IS NOT NULL AND e.kb_id = p_kb_id
           AND e.chunk_id = ANY (ARRAY(SELECT f.chunk_id FROM f WHERE f.vscore IS NULL))
       ), g AS (
         SELECT f.chunk_id, f.vrank, coalesce(f.vscore, m.similarity) AS vscore,
@@ -250,7 +269,8 @@ BEGIN
   IF v_rerank AND cardinality(v_rows) > 0 THEN
     v_rows := v_rows[1:v_ncand];
     v_docs := ARRAY(SELECT c.content FROM unnest(v_rows) WITH ORDINALITY AS r
-                      JOIN kb.chunk c ON c.id = r.chunk_id ORDER BY r.ordinality);
+                      JOIN kb.chunk c ON c.id = r.chunk_id AND c.kb_id = p_kb_id
+                    ORDER BY r.ordinality);
     v_scores := kb._rerank(v_cfg, p_query, v_docs);
     v_prep.usage := coalesce(v_prep.usage, '{}') || jsonb_build_object('rerank',
       jsonb_build_object('model', v_cfg->>'rerank_model', 'documents', cardinality(v_docs)));
@@ -292,7 +312,7 @@ BEGIN
       SELECT e.target_chunk_id, h.chunk_id AS via, h.fr, e.ordinal, e.kind, e.phrase,
              row_number() OVER (PARTITION BY e.target_chunk_id ORDER BY h.fr, e.ordinal) AS k
       FROM unnest(v_hits) WITH ORDINALITY AS h(chunk_id, fr)
-      JOIN kb.graph_index_edge e ON e.source_chunk_id = h.chunk_id
+      JOIN kb.graph_index_edge e ON e.source_chunk_id = h.chunk_id AND e.kb_id = p_kb_id
       WHERE e.target_chunk_id <> ALL (v_hits)
     )
     SELECT c.target_chunk_id,
@@ -307,8 +327,10 @@ BEGIN
   END IF;
 END
 $$;
-COMMENT ON FUNCTION kb._search_core(text, text, jsonb) IS
-  'Internal: every stage of a search (vector, BM25, fusion, rerank) for kb.search and kb.explain_search.';
+COMMENT ON FUNCTION kb._search_core(integer, text, jsonb) IS
+  'Internal: every stage of a search (vector, BM25, fusion, rerank) of one knowledge base, '
+  'by kb_id, for kb.search, kb.explain_search and kb.build_context. Every statement reads '
+  'that kb_id''s rows only (README "Beyond one machine").';
 
 CREATE OR REPLACE FUNCTION kb._overrides(named jsonb, options jsonb) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
@@ -329,7 +351,7 @@ $$;
 COMMENT ON FUNCTION kb._overrides(jsonb, jsonb) IS
   'Internal: a call''s named retrieval options (NULL = not given) over its options object.';
 
-CREATE OR REPLACE FUNCTION kb._search_rows(p_kb text, p_query text, p_overrides jsonb)
+CREATE OR REPLACE FUNCTION kb._search_rows(p_kb_id integer, p_query text, p_overrides jsonb)
 RETURNS TABLE (final_rank integer, chunk_id bigint, score double precision,
                vector_rank integer, vector_score double precision,
                bm25_rank integer, bm25_score double precision,
@@ -349,18 +371,18 @@ AS $$
          s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score, s.method,
          s.note, s.usage, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
          c.char_start, c.char_end, s.expanded_from, s.expansion, s.graph_rank, s.graph_path
-  FROM kb._search_core(p_kb, p_query, p_overrides) s
+  FROM kb._search_core(p_kb_id, p_query, p_overrides) s
   -- LEFT JOINs: an inner join over an empty KB could be planned to skip the search itself,
   -- and with it the validation of the options.
-  LEFT JOIN kb.chunk c ON c.id = s.chunk_id
-  LEFT JOIN kb.document d ON d.id = c.document_id
+  LEFT JOIN kb.chunk c ON c.id = s.chunk_id AND c.kb_id = p_kb_id
+  LEFT JOIN kb.document d ON d.id = c.document_id AND d.kb_id = p_kb_id
   -- The stages read with snapshots of their own (a document indexed, or a standby's
   -- replay, while the search runs): a chunk committed after this statement began is left
   -- out, not returned without its text, and the ranks close up.
   WHERE s.chunk_id IS NULL OR c.id IS NOT NULL
   ORDER BY s.final_rank
 $$;
-COMMENT ON FUNCTION kb._search_rows(text, text, jsonb) IS
+COMMENT ON FUNCTION kb._search_rows(integer, text, jsonb) IS
   'Internal: kb._search_core''s ranked stages with each chunk''s text and document, the one '
   'search path kb.search and kb.explain_search read.';
 
@@ -383,7 +405,7 @@ AS $$
   SELECT r.final_rank, r.chunk_id, r.document_id, r.title, r.content, r.score, r.heading_path,
          r.page, r.metadata, r.source_uri, r.char_start, r.char_end, r.vector_score,
          r.bm25_score, r.rerank_score, r.note, r.usage, r.expanded_from
-  FROM kb._search_rows(kb, query,
+  FROM kb._search_rows((kb._get_kb(kb)).id, query,
          kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
 COMMENT ON FUNCTION kb.search IS
@@ -412,7 +434,7 @@ AS $$
   SELECT r.final_rank, r.chunk_id, r.title, r.score, r.vector_rank, r.vector_score,
          r.bm25_rank, r.bm25_score, r.fused_rank, r.fused_score, r.rerank_rank, r.rerank_score,
          r.method, r.note, r.usage, r.expanded_from, r.expansion, r.graph_rank, r.graph_path
-  FROM kb._search_rows(kb, query,
+  FROM kb._search_rows((kb._get_kb(kb)).id, query,
          kb._overrides(jsonb_build_object(/*@retrieval_object*/), options)) r
 $$;
 COMMENT ON FUNCTION kb.explain_search IS

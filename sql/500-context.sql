@@ -38,20 +38,22 @@ BEGIN
              'score', NULL) AS row,
            CASE d.usage_mode WHEN 'system' THEN 0 ELSE 1 END AS grp, d.id AS did, c.ordinal AS ord
     FROM kb.document d JOIN kb.chunk c ON c.document_id = d.id AND c.index_id = v_kb.active_index_id
+                                        AND c.kb_id = d.kb_id
     WHERE d.kb_id = v_kb.id AND d.usage_mode IN ('system', 'policy')
   ), hits AS (
     SELECT s.final_rank, s.score, c.*, d.title, d.id AS did,
            CASE WHEN s.rerank_score IS NOT NULL THEN s.rerank_score ELSE s.vector_score END AS comparable
-    FROM kb._search_core(kb, query, kb._overrides(
+    FROM kb._search_core(v_kb.id, query, kb._overrides(
            jsonb_build_object('top_k', top_k, 'method', method, 'filter', filter,
                               'rerank', rerank), options)) s
-    JOIN kb.chunk c ON c.id = s.chunk_id
-    JOIN kb.document d ON d.id = c.document_id AND d.usage_mode = 'rag'
+    JOIN kb.chunk c ON c.id = s.chunk_id AND c.kb_id = v_kb.id
+    JOIN kb.document d ON d.id = c.document_id AND d.kb_id = v_kb.id AND d.usage_mode = 'rag'
   ), rag AS (
     SELECT jsonb_build_object(
              'kind', 'rag', 'chunk_id', h.id, 'document_id', h.did, 'title', h.title,
              'heading_path', to_jsonb(h.heading_path), 'page', h.page,
-             'page_end', (SELECT n.page_end FROM kb.page_index_node n WHERE n.chunk_id = h.id),
+             'page_end', (SELECT n.page_end FROM kb.page_index_node n
+                           WHERE n.chunk_id = h.id AND n.kb_id = v_kb.id),
              'content', h.content, 'score', h.score, 'comparable_score', h.comparable,
              'passed', relevance_threshold IS NULL OR coalesce(h.comparable >= relevance_threshold, false),
              'section', CASE WHEN expand_sections AND cardinality(h.heading_path) > 0 THEN (
@@ -60,7 +62,7 @@ BEGIN
                           'heading_path', to_jsonb(s.heading_path), 'page', s.page,
                           'content', s.content) ORDER BY s.ordinal)
                  FROM kb.chunk s
-                 WHERE s.document_id = h.did AND s.index_id = h.index_id
+                 WHERE s.document_id = h.did AND s.index_id = h.index_id AND s.kb_id = v_kb.id
                    AND s.heading_path[1:cardinality(h.heading_path)] = h.heading_path)
              END) AS row,
            h.final_rank

@@ -366,7 +366,7 @@ def _retrieval(plpy: Any, retrieval_config: Any, overrides: Any, strategy: str) 
 
 
 def tree_search(
-    plpy: Any, index_id: int, query: str, retrieval_config: Any, indexing_config: Any
+    plpy: Any, kb_id: int, index_id: int, query: str, retrieval_config: Any, indexing_config: Any
 ) -> list[dict[str, Any]]:
     """Tree Search rows (chunk, rank, node, reasoning); the first carries the note and the
     phases. Reads the call cache, writes nothing."""
@@ -391,7 +391,7 @@ def tree_search(
         out = tree_search.search(
             plpy,
             layer,
-            index_id,
+            tree_search.Generation(int(kb_id), int(index_id)),
             query,
             int(cfg["top_k"]),
             int(cfg["max_documents"]),

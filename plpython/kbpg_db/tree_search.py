@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kbpg_db import tokens
 from kbpg_db.llm import Llm, Request, parse_json
@@ -32,6 +32,14 @@ _DOC_ID = re.compile(r"\bd(\d+)\b")
 _NODE_ID = re.compile(r"\bd(\d+):(\d{4})\b")
 PRESELECT_NODES = 40
 MAX_ROUNDS = 6
+
+
+class Generation(NamedTuple):
+    """The index generation searched, with its knowledge base: every query reads that
+    kb_id's rows only (README "Beyond one machine")."""
+
+    kb_id: int
+    index_id: int
 
 
 @dataclass
@@ -106,16 +114,16 @@ def _ask_ids(
     return ids, reasoning
 
 
-def load(plpy: Any, index_id: int) -> list[Doc]:
+def load(plpy: Any, gen: Generation) -> list[Doc]:
     docs: list[Doc] = []
     rows = plpy.execute(
         plpy.prepare(
             "SELECT t.document_id, d.title, t.description, t.toc FROM kb.page_index_toc t "
-            "JOIN kb.document d ON d.id = t.document_id WHERE t.index_id = $1 "
-            "ORDER BY t.document_id",
-            ["bigint"],
+            "JOIN kb.document d ON d.id = t.document_id AND d.kb_id = t.kb_id "
+            "WHERE t.kb_id = $1 AND t.index_id = $2 ORDER BY t.document_id",
+            ["integer", "bigint"],
         ),
-        [index_id],
+        list(gen),
     )
     by_id: dict[int, Doc] = {}
     for i, r in enumerate(rows):
@@ -128,11 +136,11 @@ def load(plpy: Any, index_id: int) -> list[Doc]:
     nodes = plpy.execute(
         plpy.prepare(
             "SELECT document_id, node_id, chunk_id, depth, title, summary, page_start, "
-            "page_end, parent_id FROM kb.page_index_node WHERE index_id = $1 "
+            "page_end, parent_id FROM kb.page_index_node WHERE kb_id = $1 AND index_id = $2 "
             "ORDER BY document_id, ordinal",
-            ["bigint"],
+            ["integer", "bigint"],
         ),
-        [index_id],
+        list(gen),
     )
     for r in nodes:
         owner = by_id.get(int(r["document_id"]))
@@ -178,13 +186,14 @@ def toc_text(doc: Doc) -> str:
     return "\n".join(lines)
 
 
-def _bm25_candidates(plpy: Any, index_id: int, query: str, docs: list[Doc]) -> set[str]:
+def _bm25_candidates(plpy: Any, gen: Generation, query: str, docs: list[Doc]) -> set[str]:
     """Node gids BM25 finds for the query, with their ancestors."""
     rows = plpy.execute(
         plpy.prepare(
-            "SELECT chunk_id FROM kb.bm25_search($1, $2, $3)", ["bigint", "text", "integer"]
+            "SELECT chunk_id FROM kb._bm25_search($1, $2, $3, $4, 1.2, 0.75, NULL)",
+            ["integer", "bigint", "text", "integer"],
         ),
-        [index_id, query, PRESELECT_NODES],
+        [*gen, query, PRESELECT_NODES],
     )
     hit_chunks = {int(r["chunk_id"]) for r in rows}
     keep: set[str] = set()
@@ -243,7 +252,7 @@ def _level_text(
 
 
 def _descend(
-    plpy: Any, llm: Llm, index_id: int, query: str, docs: list[Doc], top_k: int, budget: int
+    plpy: Any, llm: Llm, gen: Generation, query: str, docs: list[Doc], top_k: int, budget: int
 ) -> tuple[list[tuple[Node, str]], int, list[dict[str, Any]]]:
     """Phase 2 level by level (see the module's docstring). Returns the hits in the
     model's order (an opened section's picks take its place), dropped ids and rounds."""
@@ -268,7 +277,7 @@ def _descend(
         info: dict[str, Any] = {}
         if tokens.count(listing) > budget:
             if bm25 is None:
-                bm25 = _bm25_candidates(plpy, index_id, query, docs)
+                bm25 = _bm25_candidates(plpy, gen, query, docs)
             shown = [n for n in frontier if n.gid in bm25] or frontier
             while (
                 len(shown) > 1 and tokens.count(_level_text(docs, shown, parent_of, kids)) > budget
@@ -298,13 +307,13 @@ def _descend(
 def search(
     plpy: Any,
     llm: Llm,
-    index_id: int,
+    gen: Generation,
     query: str,
     top_k: int,
     max_documents: int,
     budget: int,
 ) -> Outcome:
-    docs = load(plpy, index_id)
+    docs = load(plpy, gen)
     notes: list[str] = []
     phases: dict[str, Any] = {"documents": len(docs)}
     if not docs:
@@ -314,7 +323,7 @@ def search(
     if len(docs) > 1:
         listing = _listing(docs)
         if tokens.count(listing) > budget:
-            hits_1 = _bm25_candidates(plpy, index_id, query, docs)
+            hits_1 = _bm25_candidates(plpy, gen, query, docs)
             with_hits = [d for d in docs if any(n.gid in hits_1 for n in d.nodes)]
             docs_shown = with_hits[: max(max_documents * 4, 1)] or docs[: max_documents * 4]
             listing = _listing(docs_shown)
@@ -352,7 +361,7 @@ def search(
         dropped = len(set(ids)) - len(hits)
         phases["phase2"] = {"chose": [n.gid for n, _ in hits], "reasoning": why}
     else:
-        hits, dropped, rounds = _descend(plpy, llm, index_id, query, picked, top_k, budget)
+        hits, dropped, rounds = _descend(plpy, llm, gen, query, picked, top_k, budget)
         phases["phase2"] = {"chose": [n.gid for n, _ in hits], "rounds": rounds}
         preselected = sum(r.get("preselected", 0) for r in rounds)
         notes.append(
