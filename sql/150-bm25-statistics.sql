@@ -28,9 +28,17 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   PERFORM kb._lock_index_stats(ARRAY(SELECT DISTINCT index_id FROM new_chunks));
+  -- tf counts a heading word (weight A, kb.chunk_tsvector) heading_weight times, as
+  -- doc_len (kb.tsvector_length) does.
   INSERT INTO kb.posting (index_id, lexeme, chunk_id, kb_id, tf, dl)
-  SELECT n.index_id, u.lexeme, n.id, n.kb_id, coalesce(array_length(u.positions, 1), 1), n.doc_len
-  FROM new_chunks n, unnest(n.tsv) u;
+  SELECT n.index_id, u.lexeme, n.id, n.kb_id,
+         coalesce(array_length(u.positions, 1), 1)
+         + (i.hw - 1) * coalesce(cardinality(array_positions(u.weights, 'A')), 0),
+         n.doc_len
+  FROM new_chunks n
+  JOIN (SELECT ix.id, ix.kb_id, kb.heading_weight(ix.indexing_config) AS hw
+          FROM kb.kb_index ix) i ON i.id = n.index_id AND i.kb_id = n.kb_id,
+  unnest(n.tsv) u;
   INSERT INTO kb.term_stat AS t (index_id, lexeme, kb_id, df)
   SELECT n.index_id, u.lexeme, n.kb_id, count(*)
   FROM new_chunks n, unnest(n.tsv) u

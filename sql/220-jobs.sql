@@ -294,13 +294,14 @@ BEGIN
   END IF;
   DELETE FROM kb.chunk WHERE document_id = v_doc.id AND index_id = v_ix.id;
   WITH payload AS (
-    SELECT c.*, kb.text_tsvector(v_ix.indexing_config, c.embed_text) AS tsv
+    SELECT c.*, kb.chunk_tsvector(v_ix.indexing_config, c.embed_text, c.heading_path) AS tsv
     FROM unnest(v_res.chunks) c
   ), ins AS (
     INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count,
                           heading_path, page, char_start, char_end, metadata, tsv, doc_len)
     SELECT v_ix.id, v_ix.kb_id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
-           p.char_start, p.char_end, v_doc.metadata, p.tsv, kb.tsvector_length(p.tsv)
+           p.char_start, p.char_end, v_doc.metadata, p.tsv,
+           kb.tsvector_length(p.tsv, kb.heading_weight(v_ix.indexing_config))
     FROM payload p
     RETURNING id, ordinal
   ), vec AS (

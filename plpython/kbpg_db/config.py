@@ -358,6 +358,14 @@ class IndexingConfig(_Strict):
         description="full_text: index identifiers whole and by parts (ERR_SOME_CODE whole, "
         "getUserName and fs.readFile by parts), in chunks and queries alike",
     )
+    heading_weight: int = Field(
+        2,
+        ge=1,
+        le=10,
+        description="full_text: BM25 counts each word of a chunk's heading path (the "
+        "headings above it, indexed with it) this many times, in its term frequency and "
+        "the chunk's length alike (BM25F-style field weight); 1 weighs headings as body text",
+    )
     cjk_bigrams: bool = Field(
         True,
         description="full_text: index runs of Chinese, Japanese and Korean characters as "
