@@ -36,7 +36,7 @@ BEGIN
          + (i.hw - 1) * coalesce(cardinality(array_positions(u.weights, 'A')), 0),
          n.doc_len
   FROM new_chunks n
-  JOIN (SELECT ix.id, ix.kb_id, kb.heading_weight(ix.indexing_config) AS hw
+  JOIN (SELECT ix.id, ix.kb_id, kb._heading_weight(ix.indexing_config) AS hw
           FROM kb.kb_index ix) i ON i.id = n.index_id AND i.kb_id = n.kb_id,
   unnest(n.tsv) u;
   INSERT INTO kb.term_stat AS t (index_id, lexeme, kb_id, df)

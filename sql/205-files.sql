@@ -166,7 +166,7 @@ DECLARE
 BEGIN
   RETURN QUERY
     SELECT m.document_id, d.title, m.media_type, m.data, m.sha256, m.byte_size
-    FROM kb.document_media m JOIN kb.document d ON d.id = m.document_id
+    FROM kb.document_media m JOIN kb.document d ON d.id = m.document_id AND d.kb_id = m.kb_id
     WHERE m.kb_id = v_kb.id AND m.ref = v_ref
       AND (of_document IS NULL OR m.document_id = of_document)
     ORDER BY m.document_id

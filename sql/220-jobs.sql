@@ -301,7 +301,7 @@ BEGIN
                           heading_path, page, char_start, char_end, metadata, tsv, doc_len)
     SELECT v_ix.id, v_ix.kb_id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
            p.char_start, p.char_end, v_doc.metadata, p.tsv,
-           kb.tsvector_length(p.tsv, kb.heading_weight(v_ix.indexing_config))
+           kb.tsvector_length(p.tsv, kb._heading_weight(v_ix.indexing_config))
     FROM payload p
     RETURNING id, ordinal
   ), vec AS (

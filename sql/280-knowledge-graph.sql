@@ -264,28 +264,27 @@ AS $$ SELECT CASE WHEN n.kind = 'entity' THEN n.name ELSE n.qualified_name END $
 COMMENT ON FUNCTION kb._vertex_label(kb.graph_node) IS
   'Internal: how a vertex is shown: its qualified name, an entity its name (not its key).';
 
-CREATE OR REPLACE FUNCTION kb._graph_index(kb_name text) RETURNS bigint
+CREATE OR REPLACE FUNCTION kb._graph_index(kb_name text) RETURNS kb.kb_index
 LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_kb kb.knowledge_base := kb._get_kb(kb_name);
-  v_cfg jsonb;
+  v_ix kb.kb_index := kb._active_index(kb._get_kb(kb_name));
 BEGIN
-  SELECT indexing_config INTO v_cfg FROM kb.kb_index WHERE id = v_kb.active_index_id;
-  IF NOT coalesce((v_cfg->'knowledge_graph'->>'enabled')::boolean, false) THEN
+  IF NOT coalesce((v_ix.indexing_config->'knowledge_graph'->>'enabled')::boolean, false) THEN
     RAISE EXCEPTION 'knowledge base "%" has no knowledge graph', kb_name
       USING ERRCODE = 'object_not_in_prerequisite_state',
             HINT = 'turn it on with kb.reindex_knowledge_base(kb, indexing_config => '
                    '''{"knowledge_graph": {"enabled": true}}'') (a reindex)';
   END IF;
-  RETURN v_kb.active_index_id;
+  RETURN v_ix;
 END
 $$;
 COMMENT ON FUNCTION kb._graph_index(text) IS
-  'Internal: the serving index generation of a KB whose knowledge graph is on, or an error.';
+  'Internal: the serving index generation (its id and kb_id) of a KB whose knowledge graph '
+  'is on, or an error.';
 
-CREATE OR REPLACE FUNCTION kb._graph_symbol(p_index_id bigint, p_symbol text,
+CREATE OR REPLACE FUNCTION kb._graph_symbol(p_kb_id integer, p_index_id bigint, p_symbol text,
                                             p_kinds text[] DEFAULT NULL)
 RETURNS SETOF kb.graph_node
 LANGUAGE plpgsql STABLE
@@ -302,15 +301,15 @@ BEGIN
   v_name := regexp_replace(p_symbol, '^.*(\.|::)', '');
   RETURN QUERY
   SELECT n.* FROM kb.graph_node n
-   WHERE n.index_id = p_index_id AND n.graph = 'code' AND n.kind NOT IN ('file', 'repository')
-     AND n.name = v_name
+   WHERE n.index_id = p_index_id AND n.kb_id = p_kb_id AND n.graph = 'code'
+     AND n.kind NOT IN ('file', 'repository') AND n.name = v_name
      AND (p_kinds IS NULL OR n.kind = ANY (p_kinds))
      AND (p_symbol = v_name OR n.qualified_name = replace(p_symbol, '::', '.')
           OR right(n.qualified_name, length(p_symbol) + 1) = '.' || replace(p_symbol, '::', '.'))
    ORDER BY n.path, n.start_line;
 END
 $$;
-COMMENT ON FUNCTION kb._graph_symbol(bigint, text, text[]) IS
+COMMENT ON FUNCTION kb._graph_symbol(integer, bigint, text, text[]) IS
   'Internal: the definitions a symbol names: by qualified name, its last parts, or its name.';
 
 CREATE OR REPLACE FUNCTION kb.graph_definitions(kb text, symbol text)
@@ -322,7 +321,8 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT n.kind, n.name, n.qualified_name, n.path, n.start_line, n.end_line, n.language,
          n.member_of, n.properties->>'signature', n.document_id, n.chunk_id
-  FROM kb._graph_symbol(kb._graph_index(graph_definitions.kb), graph_definitions.symbol) n
+  FROM kb._graph_index(graph_definitions.kb) ix,
+       kb._graph_symbol(ix.kb_id, ix.id, graph_definitions.symbol) n
 $$;
 COMMENT ON FUNCTION kb.graph_definitions(text, text) IS
   'Where a symbol is defined: every function, method, class, interface, struct, enum, trait '
@@ -332,40 +332,45 @@ COMMENT ON FUNCTION kb.graph_definitions(text, text) IS
 CREATE OR REPLACE FUNCTION kb.graph_members(kb text, class_name text)
 RETURNS TABLE (class text, kind text, name text, qualified_name text, path text,
                start_line integer, end_line integer, chunk_id bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  -- Its own statement: the check runs even where the query below reads no row.
-  SELECT kb._graph_index(graph_members.kb);
-  WITH ix AS (SELECT kb._graph_index(graph_members.kb) AS id),
-  cls AS (
-    SELECT c.* FROM ix, kb._graph_symbol(ix.id, class_name,
-                                         ARRAY['class', 'interface', 'struct', 'enum', 'trait', 'impl']) c
+DECLARE
+  v_ix kb.kb_index := kb._graph_index(graph_members.kb);
+BEGIN
+  RETURN QUERY
+  WITH cls AS (
+    SELECT c.* FROM kb._graph_symbol(v_ix.kb_id, v_ix.id, class_name,
+                                     ARRAY['class', 'interface', 'struct', 'enum', 'trait', 'impl']) c
   )
   -- What each class defines; and methods defined apart from their class (C++'s
   -- Circle::area in a .cpp, Go's methods, Rust's impl blocks) that name it.
   SELECT cls.qualified_name, m.kind, m.name, m.qualified_name, m.path, m.start_line,
          m.end_line, m.chunk_id
-    FROM cls JOIN kb.graph_edge e ON e.source_id = cls.id AND e.kind = 'defines'
-    JOIN kb.graph_node m ON m.id = e.target_id
+    FROM cls
+    JOIN kb.graph_edge e ON e.source_id = cls.id AND e.kb_id = v_ix.kb_id AND e.kind = 'defines'
+    JOIN kb.graph_node m ON m.id = e.target_id AND m.kb_id = v_ix.kb_id
   UNION
   SELECT cls.qualified_name, m.kind, m.name, m.qualified_name, m.path, m.start_line,
          m.end_line, m.chunk_id
     FROM cls JOIN kb.graph_node m
-      ON m.index_id = cls.index_id AND m.member_of = cls.name AND m.kind = 'method'
-     AND m.graph = 'code'
+      ON m.index_id = cls.index_id AND m.kb_id = v_ix.kb_id AND m.member_of = cls.name
+     AND m.kind = 'method' AND m.graph = 'code'
      AND NOT EXISTS (SELECT 1 FROM kb.graph_edge d
-                      JOIN kb.graph_node o ON o.id = d.source_id
-                     WHERE d.target_id = m.id AND d.kind = 'defines' AND o.kind <> 'file')
+                      JOIN kb.graph_node o ON o.id = d.source_id AND o.kb_id = d.kb_id
+                     WHERE d.target_id = m.id AND d.kb_id = v_ix.kb_id AND d.kind = 'defines'
+                       AND o.kind <> 'file')
      AND (cls.kind <> 'impl' OR m.document_id = cls.document_id)
-  ORDER BY 1, 5, 6
+  ORDER BY 1, 5, 6;
+END
 $$;
 COMMENT ON FUNCTION kb.graph_members(text, text) IS
   'The members of a class (interface, struct, trait, impl): what it defines, plus methods '
   'defined outside its body that belong to it. SELECT * FROM kb.graph_members(''code'', ''Circle'').';
 
-CREATE OR REPLACE FUNCTION kb._graph_reference_rows(p_index_id bigint, p_kinds text[],
-                                                    p_symbol text, p_incoming boolean)
+CREATE OR REPLACE FUNCTION kb._graph_reference_rows(p_kb_id integer, p_index_id bigint,
+                                                    p_kinds text[], p_symbol text,
+                                                    p_incoming boolean)
 RETURNS TABLE (source text, source_kind text, source_path text, line integer, target text,
                target_kind text, target_path text, kind text, confidence real,
                resolution text, chunk_id bigint)
@@ -377,7 +382,7 @@ DECLARE
   v_names text[];
 BEGIN
   SELECT array_agg(n.id), array_agg(DISTINCT n.name) INTO v_nodes, v_names
-    FROM kb._graph_symbol(p_index_id, p_symbol) n;
+    FROM kb._graph_symbol(p_kb_id, p_index_id, p_symbol) n;
   IF v_nodes IS NULL THEN
     RETURN;
   END IF;
@@ -385,17 +390,17 @@ BEGIN
   SELECT s.qualified_name, s.kind, s.path, e.line, coalesce(t.qualified_name, e.target_name),
          t.kind, t.path, e.kind, e.confidence, e.resolution,
          CASE WHEN p_incoming THEN s.chunk_id ELSE t.chunk_id END
-    FROM kb._graph_edges(kb._index_kb(p_index_id), p_index_id,
+    FROM kb._graph_edges(p_kb_id, p_index_id,
                          CASE WHEN p_incoming THEN NULL ELSE v_nodes END,
                          CASE WHEN p_incoming THEN v_names END) e
-    JOIN kb.graph_node s ON s.id = e.source_id
-    LEFT JOIN kb.graph_node t ON t.id = e.target_id
+    JOIN kb.graph_node s ON s.id = e.source_id AND s.kb_id = p_kb_id
+    LEFT JOIN kb.graph_node t ON t.id = e.target_id AND t.kb_id = p_kb_id
    WHERE e.kind = ANY (p_kinds)
      AND (NOT p_incoming OR e.target_id = ANY (v_nodes))
    ORDER BY e.confidence DESC NULLS LAST, s.path, e.line;
 END
 $$;
-COMMENT ON FUNCTION kb._graph_reference_rows(bigint, text[], text, boolean) IS
+COMMENT ON FUNCTION kb._graph_reference_rows(integer, bigint, text[], text, boolean) IS
   'Internal: the references of some kinds made to (incoming) or by a symbol''s definitions.';
 
 CREATE OR REPLACE FUNCTION kb.graph_callers(kb text, symbol text)
@@ -406,8 +411,8 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT r.source, r.source_kind, r.source_path, r.line, r.target, r.confidence, r.resolution,
          r.chunk_id
-  FROM kb._graph_reference_rows(kb._graph_index(graph_callers.kb), ARRAY['calls'],
-                                graph_callers.symbol, true) r
+  FROM kb._graph_index(graph_callers.kb) ix,
+       kb._graph_reference_rows(ix.kb_id, ix.id, ARRAY['calls'], graph_callers.symbol, true) r
 $$;
 COMMENT ON FUNCTION kb.graph_callers(text, text) IS
   'Who calls a symbol: each calling function or method with its file and line, how the call '
@@ -422,8 +427,8 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT r.source, r.line, r.target, r.target_kind, r.target_path, r.confidence, r.resolution,
          r.chunk_id
-  FROM kb._graph_reference_rows(kb._graph_index(graph_callees.kb), ARRAY['calls'],
-                                graph_callees.symbol, false) r
+  FROM kb._graph_index(graph_callees.kb) ix,
+       kb._graph_reference_rows(ix.kb_id, ix.id, ARRAY['calls'], graph_callees.symbol, false) r
 $$;
 COMMENT ON FUNCTION kb.graph_callees(text, text) IS
   'What a symbol calls: each callee as defined in the KB (path NULL and resolution external '
@@ -437,7 +442,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_ix bigint := kb._graph_index(graph_subclasses.kb);
+  v_ix kb.kb_index := kb._graph_index(graph_subclasses.kb);
   v_frontier bigint[];
   v_seen bigint[];
   v_depth integer := 0;
@@ -448,7 +453,8 @@ DECLARE
   v_res text[];
 BEGIN
   SELECT array_agg(n.id) INTO v_frontier
-    FROM kb._graph_symbol(v_ix, class_name, ARRAY['class', 'interface', 'struct', 'trait']) n;
+    FROM kb._graph_symbol(v_ix.kb_id, v_ix.id, class_name,
+                          ARRAY['class', 'interface', 'struct', 'trait']) n;
   v_seen := coalesce(v_frontier, '{}');
   -- Breadth first, each class once (inheritance cycles in broken code end here), 20 levels.
   WHILE v_frontier IS NOT NULL AND v_depth < CASE WHEN transitive THEN 20 ELSE 1 END LOOP
@@ -456,8 +462,9 @@ BEGIN
     SELECT array_agg(e.source_id), array_agg(e.target_id), array_agg(e.edge_id),
            array_agg(e.confidence), array_agg(e.resolution)
       INTO v_ids, v_to, v_edges, v_conf, v_res
-      FROM kb._graph_edges(kb._index_kb(v_ix), v_ix, NULL,
-                           ARRAY(SELECT n.name FROM kb.graph_node n WHERE n.id = ANY (v_frontier))) e
+      FROM kb._graph_edges(v_ix.kb_id, v_ix.id, NULL,
+                           ARRAY(SELECT n.name FROM kb.graph_node n
+                                  WHERE n.id = ANY (v_frontier) AND n.kb_id = v_ix.kb_id)) e
      WHERE e.kind IN ('inherits', 'implements') AND e.target_id = ANY (v_frontier)
        AND NOT e.source_id = ANY (v_seen);
     RETURN QUERY
@@ -465,9 +472,9 @@ BEGIN
            u.confidence, u.resolution, s.chunk_id
       FROM unnest(v_ids, v_to, v_edges, v_conf, v_res)
            AS u(src, dst, edge, confidence, resolution)
-      JOIN kb.graph_edge g ON g.id = u.edge
-      JOIN kb.graph_node s ON s.id = u.src
-      JOIN kb.graph_node t ON t.id = u.dst
+      JOIN kb.graph_edge g ON g.id = u.edge AND g.kb_id = v_ix.kb_id
+      JOIN kb.graph_node s ON s.id = u.src AND s.kb_id = v_ix.kb_id
+      JOIN kb.graph_node t ON t.id = u.dst AND t.kb_id = v_ix.kb_id
      ORDER BY s.path, g.line;
     SELECT array_agg(DISTINCT i) INTO v_frontier FROM unnest(v_ids) i;
     v_seen := v_seen || coalesce(v_frontier, '{}');
@@ -481,22 +488,24 @@ COMMENT ON FUNCTION kb.graph_subclasses(text, text, boolean) IS
 CREATE OR REPLACE FUNCTION kb.graph_imports(kb text, file_path text)
 RETURNS TABLE (path text, line integer, import text, resolved_path text, resolution text,
                confidence real)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT kb._graph_index(graph_imports.kb);  -- the check, even where nothing is read
-  WITH ix AS (SELECT x.id, kb._index_kb(x.id) AS kb_id
-              FROM (SELECT kb._graph_index(graph_imports.kb) AS id) x),
-  f AS (
-    SELECT n.id, n.path FROM ix JOIN kb.graph_node n
-      ON n.index_id = ix.id AND n.kind = 'file'
-     AND (n.path = file_path OR right(n.path, length(file_path) + 1) = '/' || file_path)
+DECLARE
+  v_ix kb.kb_index := kb._graph_index(graph_imports.kb);
+BEGIN
+  RETURN QUERY
+  WITH f AS (
+    SELECT n.id, n.path FROM kb.graph_node n
+     WHERE n.index_id = v_ix.id AND n.kb_id = v_ix.kb_id AND n.kind = 'file'
+       AND (n.path = file_path OR right(n.path, length(file_path) + 1) = '/' || file_path)
   )
   SELECT f.path, e.line, e.target_name, t.path, e.resolution, e.confidence
-    FROM ix, f, kb._graph_edges(ix.kb_id, ix.id, ARRAY[f.id]) e
-    LEFT JOIN kb.graph_node t ON t.id = e.target_id
+    FROM f CROSS JOIN LATERAL kb._graph_edges(v_ix.kb_id, v_ix.id, ARRAY[f.id]) e
+    LEFT JOIN kb.graph_node t ON t.id = e.target_id AND t.kb_id = v_ix.kb_id
    WHERE e.kind = 'imports'
-   ORDER BY f.path, e.line, t.path
+   ORDER BY f.path, e.line, t.path;
+END
 $$;
 COMMENT ON FUNCTION kb.graph_imports(text, text) IS
   'What a source file imports (by its path, or its last parts): each import as written, the '
@@ -504,16 +513,20 @@ COMMENT ON FUNCTION kb.graph_imports(text, text) IS
 
 CREATE OR REPLACE FUNCTION kb.graph_heading_tree(kb text, document text)
 RETURNS TABLE (level integer, heading text, heading_path text, line integer, chunk_id bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT kb._graph_index(graph_heading_tree.kb);  -- the check, even where nothing is read
+DECLARE
+  v_ix kb.kb_index := kb._graph_index(graph_heading_tree.kb);
+BEGIN
+  RETURN QUERY
   SELECT (n.properties->>'level')::integer, n.name, n.qualified_name, n.start_line, n.chunk_id
     FROM kb.graph_node n
-    JOIN kb.document d ON d.id = n.document_id
-   WHERE n.index_id = kb._graph_index(graph_heading_tree.kb) AND n.graph = 'heading'
+    JOIN kb.document d ON d.id = n.document_id AND d.kb_id = n.kb_id
+   WHERE n.index_id = v_ix.id AND n.kb_id = v_ix.kb_id AND n.graph = 'heading'
      AND (d.title = graph_heading_tree.document OR d.source_uri = graph_heading_tree.document)
-   ORDER BY n.local_id
+   ORDER BY n.local_id;
+END
 $$;
 COMMENT ON FUNCTION kb.graph_heading_tree(text, text) IS
   'A Markdown document''s headings in order (by title or source_uri), outside fenced code, '
@@ -527,7 +540,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_ix bigint := kb._graph_index(graph_neighbours.kb);
+  v_ix kb.kb_index := kb._graph_index(graph_neighbours.kb);
   v_frontier bigint[];
   v_seen bigint[];
   v_depth integer := 0;
@@ -552,7 +565,7 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   SELECT array_agg(n.id) INTO v_frontier FROM kb.graph_node n
-   WHERE n.index_id = v_ix AND n.kind NOT IN ('chunk')
+   WHERE n.index_id = v_ix.id AND n.kb_id = v_ix.kb_id AND n.kind NOT IN ('chunk')
      AND (lower(n.name) = lower(graph_neighbours.name) OR n.qualified_name = graph_neighbours.name
           OR (n.kind = 'file' AND n.path = graph_neighbours.name));
   v_seen := coalesce(v_frontier, '{}');
@@ -560,22 +573,22 @@ BEGIN
   WHILE v_frontier IS NOT NULL AND v_depth < hops AND v_left > 0 LOOP
     v_depth := v_depth + 1;
     -- An entity's edges in every document it appears in are its own.
-    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(kb._index_kb(v_ix), v_ix, v_frontier) p);
+    v_src := v_frontier || ARRAY(SELECT p.peer_id FROM kb._entity_peers(v_ix.kb_id, v_ix.id, v_frontier) p);
     SELECT array_agg(x.other), array_agg(x.here), array_agg(x.kind), array_agg(x.direction)
       INTO v_ids, v_from, v_via, v_dir
       FROM (
         SELECT DISTINCT ON (y.other) y.* FROM (
           SELECT p.peer_id AS other, p.source_id AS here, 'same entity' AS kind,
                  'out' AS direction
-            FROM kb._entity_peers(kb._index_kb(v_ix), v_ix, v_frontier) p
+            FROM kb._entity_peers(v_ix.kb_id, v_ix.id, v_frontier) p
           UNION ALL
           SELECT e.target_id, e.source_id, coalesce(e.label, e.kind), 'out'
-            FROM kb._graph_edges(kb._index_kb(v_ix), v_ix, v_src) e WHERE e.target_id IS NOT NULL
+            FROM kb._graph_edges(v_ix.kb_id, v_ix.id, v_src) e WHERE e.target_id IS NOT NULL
           UNION ALL
           SELECT e.source_id, e.target_id, coalesce(e.label, e.kind), 'in'
-            FROM kb._graph_edges(kb._index_kb(v_ix), v_ix, NULL,
+            FROM kb._graph_edges(v_ix.kb_id, v_ix.id, NULL,
                                  ARRAY(SELECT n.name FROM kb.graph_node n
-                                        WHERE n.id = ANY (v_src))) e
+                                        WHERE n.id = ANY (v_src) AND n.kb_id = v_ix.kb_id)) e
            WHERE e.target_id = ANY (v_src)
         ) y
         WHERE NOT y.other = ANY (v_seen)
@@ -586,8 +599,8 @@ BEGIN
     SELECT kb._vertex_label(n), n.kind, n.graph, n.path, v_depth, s.via, kb._vertex_label(f),
            s.dir, n.chunk_id
       FROM unnest(v_ids, v_from, v_via, v_dir) AS s(id, vertex, via, dir)
-      JOIN kb.graph_node n ON n.id = s.id
-      JOIN kb.graph_node f ON f.id = s.vertex
+      JOIN kb.graph_node n ON n.id = s.id AND n.kb_id = v_ix.kb_id
+      JOIN kb.graph_node f ON f.id = s.vertex AND f.kb_id = v_ix.kb_id
      ORDER BY n.path, n.start_line NULLS FIRST, n.qualified_name;
     v_frontier := v_ids;
     v_seen := v_seen || coalesce(v_frontier, '{}');
@@ -755,28 +768,33 @@ COMMENT ON FUNCTION kb._graph_channel(integer, bigint, text, integer, integer, j
 CREATE OR REPLACE FUNCTION kb.graph_entities(kb text, name text)
 RETURNS TABLE (entity text, type text, key text, names text[], documents bigint,
                mentions bigint, merged_from text[])
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT kb._graph_index(graph_entities.kb);  -- the check, even where nothing is read
-  WITH ix AS (SELECT kb._graph_index(graph_entities.kb) AS id),
-  hit AS (
+DECLARE
+  v_ix kb.kb_index := kb._graph_index(graph_entities.kb);
+BEGIN
+  RETURN QUERY
+  WITH hit AS (
     SELECT coalesce(m.other_key, n.qualified_name) AS canonical
-      FROM ix JOIN kb.graph_node n ON n.index_id = ix.id AND n.kind = 'entity'
+      FROM kb.graph_node n
       LEFT JOIN kb.graph_entity_merge m
-        ON m.index_id = n.index_id AND m.key = n.qualified_name AND m.merged
-     WHERE lower(n.name) = lower(btrim(graph_entities.name))
-        OR split_part(n.qualified_name, '|', 1) = lower(btrim(graph_entities.name))
-        OR lower(btrim(graph_entities.name)) IN (SELECT lower(a)
-                                  FROM jsonb_array_elements_text(n.properties->'aliases') a)
+        ON m.index_id = n.index_id AND m.kb_id = n.kb_id AND m.key = n.qualified_name
+       AND m.merged
+     WHERE n.index_id = v_ix.id AND n.kb_id = v_ix.kb_id AND n.kind = 'entity'
+       AND (lower(n.name) = lower(btrim(graph_entities.name))
+            OR split_part(n.qualified_name, '|', 1) = lower(btrim(graph_entities.name))
+            OR lower(btrim(graph_entities.name)) IN (SELECT lower(a)
+                                      FROM jsonb_array_elements_text(n.properties->'aliases') a))
   ),
   members AS (
     SELECT DISTINCT h.canonical, n.*
-      FROM ix, hit h JOIN kb.graph_node n ON n.kind = 'entity'
+      FROM hit h JOIN kb.graph_node n ON n.kind = 'entity'
        AND (n.qualified_name = h.canonical
             OR n.qualified_name IN (SELECT m.key FROM kb.graph_entity_merge m
-                                     WHERE m.other_key = h.canonical AND m.merged))
-     WHERE n.index_id = ix.id
+                                     WHERE m.other_key = h.canonical AND m.merged
+                                       AND m.index_id = v_ix.id AND m.kb_id = v_ix.kb_id))
+     WHERE n.index_id = v_ix.id AND n.kb_id = v_ix.kb_id
   )
   SELECT (array_agg(m.name ORDER BY m.qualified_name = m.canonical DESC, m.id))[1],
          (array_agg(m.properties->>'type' ORDER BY m.qualified_name = m.canonical DESC, m.id))[1],
@@ -785,12 +803,13 @@ AS $$
                  LATERAL (SELECT m2.name UNION ALL
                           SELECT jsonb_array_elements_text(m2.properties->'aliases')) AS a(x)
                 WHERE m2.canonical = m.canonical ORDER BY 1),
-         count(DISTINCT m.document_id), sum((m.properties->>'mentions')::bigint),
+         count(DISTINCT m.document_id), sum((m.properties->>'mentions')::bigint)::bigint,
          ARRAY(SELECT DISTINCT m3.qualified_name FROM members m3
                 WHERE m3.canonical = m.canonical AND m3.qualified_name <> m.canonical ORDER BY 1)
     FROM members m
    GROUP BY m.canonical
-   ORDER BY 6 DESC, 3
+   ORDER BY 6 DESC, 3;
+END
 $$;
 COMMENT ON FUNCTION kb.graph_entities(text, text) IS
   'The entities of the triplet graph a name refers to (by name, folded name or alias): each '
@@ -803,24 +822,24 @@ LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_ix bigint := kb._graph_index(graph_relations.kb);
+  v_ix kb.kb_index := kb._graph_index(graph_relations.kb);
   v_own bigint[];
 BEGIN
   SELECT array_agg(n.id) INTO v_own FROM kb.graph_node n
-   WHERE n.index_id = v_ix AND n.kind = 'entity'
+   WHERE n.index_id = v_ix.id AND n.kb_id = v_ix.kb_id AND n.kind = 'entity'
      AND (lower(n.name) = lower(btrim(entity))
           OR split_part(n.qualified_name, '|', 1) = lower(btrim(entity))
           OR lower(btrim(entity)) IN (SELECT lower(a)
                                        FROM jsonb_array_elements_text(n.properties->'aliases') a));
   -- The same entity in the other documents it appears in, and under merged keys.
-  v_own := v_own || ARRAY(SELECT p.peer_id FROM kb._entity_peers(kb._index_kb(v_ix), v_ix, v_own) p);
+  v_own := v_own || ARRAY(SELECT p.peer_id FROM kb._entity_peers(v_ix.kb_id, v_ix.id, v_own) p);
   RETURN QUERY
   SELECT s.name, e.label, t.name, d.title, e.chunk_id
     FROM kb.graph_edge e
-    JOIN kb.graph_node s ON s.id = e.source_id
-    JOIN kb.graph_node t ON t.id = e.target_id
-    JOIN kb.document d ON d.id = e.document_id
-   WHERE e.index_id = v_ix AND e.kind = 'relation'
+    JOIN kb.graph_node s ON s.id = e.source_id AND s.kb_id = e.kb_id
+    JOIN kb.graph_node t ON t.id = e.target_id AND t.kb_id = e.kb_id
+    JOIN kb.document d ON d.id = e.document_id AND d.kb_id = e.kb_id
+   WHERE e.index_id = v_ix.id AND e.kb_id = v_ix.kb_id AND e.kind = 'relation'
      AND (e.source_id = ANY (v_own) OR e.target_id = ANY (v_own))
    ORDER BY d.title, e.id;
 END
@@ -839,7 +858,7 @@ DECLARE
                                  ELSE kb._get_kb(kb_name) END;
   v_ix kb.kb_index;
 BEGIN
-  SELECT * INTO v_ix FROM kb.kb_index WHERE id = v_kb.active_index_id;
+  v_ix := kb._active_index(v_kb);
   IF NOT coalesce((v_ix.indexing_config->'knowledge_graph'->>'communities')::boolean, false) THEN
     RAISE EXCEPTION 'knowledge base "%" has no knowledge-graph communities', kb_name
       USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -953,7 +972,7 @@ BEGIN
     RETURN QUERY
     SELECT (row_number() OVER (ORDER BY c.relations DESC, c.id))::integer, c.title, c.summary,
            c.names, c.relations, NULL::double precision, c.chunk_ids
-      FROM kb.graph_community c WHERE c.index_id = v_ix.id
+      FROM kb.graph_community c WHERE c.index_id = v_ix.id AND c.kb_id = v_ix.kb_id
      ORDER BY c.relations DESC, c.id LIMIT top_k;
     RETURN;
   END IF;
@@ -962,7 +981,8 @@ BEGIN
   v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config,
                               '{"method": "hybrid"}', query);
   v_terms := to_tsquery('simple', coalesce(nullif(array_to_string(ARRAY(
-               SELECT quote_literal(l) FROM unnest(kb.query_lexemes(v_ix.id, query)) l), ' | '),
+               SELECT DISTINCT quote_literal(u.lexeme)
+                 FROM unnest(kb.text_tsvector(v_ix.indexing_config, query)) u), ' | '),
                ''), 'kbpg_no_terms'));
   -- Ranked by the summaries' vectors, and by BM25-like text rank where there is no vector.
   RETURN QUERY
@@ -972,7 +992,7 @@ BEGIN
       SELECT c.*, CASE WHEN v_prep.embedding IS NOT NULL AND c.embedding IS NOT NULL
                        THEN 1 - (c.embedding <=> v_prep.embedding::vector)
                        ELSE ts_rank(c.tsv, v_terms) END AS s
-        FROM kb.graph_community c WHERE c.index_id = v_ix.id
+        FROM kb.graph_community c WHERE c.index_id = v_ix.id AND c.kb_id = v_ix.kb_id
     ) x
    ORDER BY x.s DESC, x.id LIMIT top_k;
 END

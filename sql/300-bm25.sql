@@ -114,13 +114,13 @@ COMMENT ON FUNCTION kb.text_tsvector(jsonb, text) IS
   'cjk_bigrams, identifier words where it has identifier_terms (generations built before '
   'those settings existed have neither, and read queries as they were indexed).';
 
-CREATE OR REPLACE FUNCTION kb.heading_weight(indexing_config jsonb) RETURNS integer
+CREATE OR REPLACE FUNCTION kb._heading_weight(indexing_config jsonb) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$ SELECT coalesce((indexing_config->>'heading_weight')::integer, 1) $$;
-COMMENT ON FUNCTION kb.heading_weight(jsonb) IS
-  'How many times BM25 counts a heading word under an index generation''s indexing_config '
-  '(generations built before heading_weight existed: 1, headings as body text).';
+COMMENT ON FUNCTION kb._heading_weight(jsonb) IS
+  'Internal: how many times BM25 counts a heading word under an index generation''s '
+  'indexing_config (generations built before heading_weight existed: 1, as body text).';
 
 CREATE OR REPLACE FUNCTION kb.chunk_tsvector(indexing_config jsonb, embed_text text,
                                              heading_path text[])
@@ -131,7 +131,7 @@ AS $$
   -- The chunkers write a chunk's heading path (" > " between headings) ahead of its text,
   -- after the document's title line where there is one: that stretch is weighted A.
   SELECT CASE
-    WHEN kb.heading_weight(indexing_config) <= 1 OR h.at = 0
+    WHEN kb._heading_weight(indexing_config) <= 1 OR h.at = 0
       THEN kb.text_tsvector(indexing_config, embed_text)
     ELSE kb.text_tsvector(indexing_config, left(embed_text, h.at - 1))
          || setweight(kb.text_tsvector(indexing_config, h.path), 'A')
@@ -167,7 +167,7 @@ AS $$
   WITH ix AS (
     SELECT n_chunks::double precision AS n,
            total_len::double precision / greatest(n_chunks, 1) AS avgdl,
-           kb.heading_weight(indexing_config) AS hw
+           kb._heading_weight(indexing_config) AS hw
     FROM kb.kb_index WHERE id = bm25_score.index_id
   )
   SELECT coalesce(sum(kb.bm25_idf(ix.n, ts.df)

@@ -27,8 +27,14 @@ from pglast.visitors import Visitor
 
 from tests.integration.test_schema import REFERENCE_TABLES
 
-# What applications call to read; everything they reach must route by kb_id.
-READ_ENTRY_POINTS = ("search", "explain_search", "build_context", "tree_search")
+# What applications call to read one KB; everything they reach must route by kb_id.
+READ_ENTRY_POINTS = (
+    "search", "explain_search", "build_context", "tree_search", "embed_query", "score_query",
+    "run_test_set", "test_sets", "media", "graph_definitions", "graph_members",
+    "graph_callers", "graph_callees", "graph_subclasses", "graph_imports",
+    "graph_heading_tree", "graph_neighbours", "graph_entities", "graph_relations",
+    "graph_communities",
+)
 PLPYTHON = Path(__file__).parents[2] / "plpython" / "kbpg_db"
 SQL_START = re.compile(r"^\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
@@ -136,16 +142,21 @@ class _Statements(Visitor):  # type: ignore[misc]
 
     def _from(self, items: Any, rels: list[Any], quals: list[Any]) -> None:
         for item in items or ():
-            if isinstance(item, pg.RangeVar):
+            if isinstance(item, (pg.RangeVar, pg.RangeFunction, pg.RangeSubselect)):
                 rels.append(item)
             elif isinstance(item, pg.JoinExpr):
                 quals.append(item.quals)
                 self._from([item.larg, item.rarg], rels, quals)
 
     def _check(self, rels: list[Any], quals: list[Any]) -> None:
-        pinned = _kb_id_pinned(quals, {rv.alias.aliasname if rv.alias else rv.relname
-                                       for rv in rels})
+        # Every name of this FROM is local: a function's or a subquery's kb_id column fixes
+        # nothing (a value must be a parameter, a variable or a constant).
+        names = {r.alias.aliasname for r in rels if r.alias is not None}
+        names |= {r.relname for r in rels if isinstance(r, pg.RangeVar) and r.alias is None}
+        pinned = _kb_id_pinned(quals, names)
         for rv in rels:
+            if not isinstance(rv, pg.RangeVar):
+                continue
             if rv.schemaname not in (None, "kb"):
                 continue
             if rv.schemaname is None and rv.relname in self.ctes:
@@ -357,10 +368,11 @@ def test_every_read_statement_is_pinned_to_one_kb(conn: psycopg.Connection) -> N
     for name in ("_search_core", "_search_rows", "_bm25_search", "_vector_search",
                  "_graph_channel", "_graph_edges", "_entity_peers", "_tree_search",
                  "_py_tree_search", "_prepare_query", "_rerank", "_assemble_context",
-                 "_get_kb_by_id", "_active_index"):
+                 "_get_kb_by_id", "_active_index", "_graph_index", "_graph_symbol",
+                 "_graph_reference_rows"):
         assert name in visited, name
     # The public building blocks look their KB up by index id and are not on this path.
-    assert "bm25_search" not in visited and "vector_search" not in visited
+    assert not {"bm25_search", "vector_search", "_index_kb", "query_lexemes"} & set(visited)
     assert [f"{f.where}: {f.problem}" for f in cat.findings] == []
 
 

@@ -176,6 +176,12 @@ CASES = [
         'text search configuration "klingon" does not exist',
     ),
     Case(
+        "chunk_tsvector",
+        "SELECT kb.chunk_tsvector('{\"text_search_config\": \"klingon\"}', 'text', NULL)",
+        "42704",
+        'text search configuration "klingon" does not exist',
+    ),
+    Case(
         "preview_chunks",
         "SELECT * FROM kb.preview_chunks('text', '{\"chunker\": \"nope\"}')",
         "22023",
