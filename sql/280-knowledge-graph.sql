@@ -981,8 +981,8 @@ BEGIN
   v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config,
                               '{"method": "hybrid"}', query);
   v_terms := to_tsquery('simple', coalesce(nullif(array_to_string(ARRAY(
-               SELECT DISTINCT quote_literal(u.lexeme)
-                 FROM unnest(kb.text_tsvector(v_ix.indexing_config, query)) u), ' | '),
+               SELECT quote_literal(l)
+                 FROM unnest(kb._config_lexemes(v_ix.indexing_config, query)) l), ' | '),
                ''), 'kbpg_no_terms'));
   -- Ranked by the summaries' vectors, and by BM25-like text rank where there is no vector.
   RETURN QUERY

@@ -146,13 +146,24 @@ COMMENT ON FUNCTION kb.chunk_tsvector(jsonb, text, text[]) IS
   'with, its heading path''s words weighted A where the generation''s heading_weight is '
   'above 1 (kb.tsvector_length and the postings count them heading_weight times).';
 
+CREATE OR REPLACE FUNCTION kb._config_lexemes(indexing_config jsonb, query text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(array_agg(DISTINCT u.lexeme ORDER BY u.lexeme), '{}')
+  FROM unnest(kb.text_tsvector(indexing_config, query)) u
+$$;
+COMMENT ON FUNCTION kb._config_lexemes(jsonb, text) IS
+  'Internal: kb.query_lexemes under an indexing_config already at hand (no lookup of the '
+  'generation, so a caller that has read it reads nothing more).';
+
 CREATE OR REPLACE FUNCTION kb.query_lexemes(index_id bigint, query text) RETURNS text[]
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT coalesce(array_agg(DISTINCT u.lexeme ORDER BY u.lexeme), '{}')
-  FROM kb.kb_index i, unnest(kb.text_tsvector(i.indexing_config, query)) u
-  WHERE i.id = query_lexemes.index_id
+  SELECT coalesce((SELECT kb._config_lexemes(i.indexing_config, query)
+                     FROM kb.kb_index i WHERE i.id = query_lexemes.index_id), '{}')
 $$;
 COMMENT ON FUNCTION kb.query_lexemes(bigint, text) IS
   'The distinct lexemes of a query under an index generation''s text search configuration.';
@@ -227,8 +238,7 @@ BEGIN
             FROM kb.term_stat ts
            WHERE ts.index_id = _bm25_search.index_id AND ts.kb_id = _bm25_search.kb_id
              AND ts.df > 0
-             AND ts.lexeme = ANY (ARRAY(SELECT u.lexeme
-                                          FROM unnest(kb.text_tsvector(v_cfg, query)) u))) t;
+             AND ts.lexeme = ANY (kb._config_lexemes(v_cfg, query))) t;
   v_m := coalesce(cardinality(v_terms), 0);
   IF v_m = 0 THEN
     RETURN;
