@@ -27,13 +27,6 @@ AS $$ SELECT tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)) $$;
 COMMENT ON FUNCTION kb.bm25_tf(double precision, double precision, double precision, double precision, double precision) IS
   'BM25 term-frequency saturation: tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl)).';
 
-CREATE OR REPLACE FUNCTION kb.tsvector_length(tsv tsvector) RETURNS integer
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = kb, pg_catalog, pg_temp
-AS $$ SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)::integer FROM unnest(tsv) u $$;
-COMMENT ON FUNCTION kb.tsvector_length(tsvector) IS
-  'BM25 document length: the number of positions in a tsvector.';
-
 CREATE OR REPLACE FUNCTION kb.tsvector_length(tsv tsvector, heading_weight integer)
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -47,6 +40,13 @@ $$;
 COMMENT ON FUNCTION kb.tsvector_length(tsvector, integer) IS
   'BM25F document length: the positions of a tsvector, those weighted A (heading text, '
   'kb.chunk_tsvector) counting heading_weight times.';
+
+CREATE OR REPLACE FUNCTION kb.tsvector_length(tsv tsvector) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT kb.tsvector_length(tsv, 1) $$;
+COMMENT ON FUNCTION kb.tsvector_length(tsvector) IS
+  'BM25 document length: the number of positions in a tsvector.';
 
 CREATE OR REPLACE FUNCTION kb.cjk_bigrams(p_text text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
