@@ -184,10 +184,12 @@ class Worker:
                 if conn is None or conn.closed:
                     conn = self._connect()
                     backoff = 0.5
+                # A claim's jobs are one KB's (kb.claim_jobs).
                 jobs = conn.execute(
-                    "SELECT j.id, j.document_id, j.attempts, j.max_attempts, d.title, k.name "
+                    "SELECT j.kb_id, j.id, j.document_id, j.attempts, j.max_attempts, d.title, "
+                    "k.name "
                     "FROM kb.claim_jobs(%s, %s, %s) j "
-                    "JOIN kb.document d ON d.id = j.document_id "
+                    "JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
                     "JOIN kb.knowledge_base k ON k.id = j.kb_id ORDER BY j.id",
                     (worker_id, self._claim_size(conn), self.lease_seconds),
                 ).fetchall()
@@ -205,16 +207,20 @@ class Worker:
                     # Several documents' chunks in full batches, one call; each job then
                     # finds its vectors ready (same connection, same server process).
                     conn.execute(
-                        "SELECT kb.prefetch_embeddings(%s, %s)", ([j[0] for j in jobs], worker_id)
+                        "SELECT kb.prefetch_embeddings(%s, %s, %s)",
+                        (jobs[0][0], [j[1] for j in jobs], worker_id),
                     )
                 for n, job in enumerate(jobs):
                     if self.stop_event.is_set():  # stopping: the rest go back to the queue
                         for rest in jobs[n:]:
-                            conn.execute("SELECT kb.release_job(%s, %s)", (rest[0], worker_id))
+                            conn.execute(
+                                "SELECT kb.release_job(%s, %s, %s)", (rest[0], rest[1], worker_id)
+                            )
                         break
                     if n:  # the jobs still waiting keep their leases
                         conn.execute(
-                            "SELECT kb.renew_leases(%s, %s)", ([j[0] for j in jobs[n:]], worker_id)
+                            "SELECT kb.renew_leases(%s, %s, %s)",
+                            (job[0], [j[1] for j in jobs[n:]], worker_id),
                         )
                     self._run_job(conn, worker_id, job)
             except psycopg.OperationalError as exc:
@@ -234,7 +240,7 @@ class Worker:
     def _run_job(self, conn: Any, worker_id: str, job: tuple[Any, ...]) -> None:
         import psycopg
 
-        job_id, _doc_id, attempt, max_attempts, title, kb = job
+        kb_id, job_id, _doc_id, attempt, max_attempts, title, kb = job
         log.info(
             "job %s started: %s / %s (attempt %s/%s)", job_id, kb, title, attempt, max_attempts
         )
@@ -243,13 +249,14 @@ class Worker:
         try:
             while True:
                 row = conn.execute(
-                    "SELECT kb.process_job(%s, %s)::text", (job_id, worker_id)
+                    "SELECT kb.process_job(%s, %s, %s)::text", (kb_id, job_id, worker_id)
                 ).fetchone()
                 outcome = Outcome(row[0])
                 steps += 1
                 # A second statement: the first one's snapshot predates what the job wrote.
                 progress, error = conn.execute(
-                    "SELECT progress, last_error FROM kb.job WHERE id = %s", (job_id,)
+                    "SELECT progress, last_error FROM kb.job WHERE kb_id = %s AND id = %s",
+                    (kb_id, job_id),
                 ).fetchone()
                 if outcome is not Outcome.MORE or self.stop_event.is_set():
                     break
@@ -261,13 +268,13 @@ class Worker:
             if exc.diag.message_detail:
                 message += f" ({exc.diag.message_detail})"
             verdict = conn.execute(
-                "SELECT kb._job_verdict(kb.fail_job(%s, %s, %s))::text",
-                (job_id, worker_id, message),
+                "SELECT kb._job_verdict(kb.fail_job(%s, %s, %s, %s))::text",
+                (kb_id, job_id, worker_id, message),
             ).fetchone()[0]
             self._report(Outcome(verdict), job_id, kb, title, time.monotonic() - t0, message)
             return
         if outcome is Outcome.MORE:  # stopping: hand the job back, its cached answers stay
-            conn.execute("SELECT kb.release_job(%s, %s)", (job_id, worker_id))
+            conn.execute("SELECT kb.release_job(%s, %s, %s)", (kb_id, job_id, worker_id))
         self._report(outcome, job_id, kb, title, time.monotonic() - t0, error)
 
     def _report(

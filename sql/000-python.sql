@@ -226,14 +226,15 @@ COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb, byte
   'Internal: one step of indexing a document with its strategy (chunks and vectors, or a '
   'tree; LLM answers cached as they come).';
 
-CREATE OR REPLACE FUNCTION kb._py_prefetch_embeddings(job_ids bigint[], worker text)
+CREATE OR REPLACE FUNCTION kb._py_prefetch_embeddings(kb_id integer, job_ids bigint[],
+                                                      worker text)
 RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.prefetch_embeddings(plpy, job_ids, worker)
+return sqlapi.prefetch_embeddings(plpy, kb_id, job_ids, worker)
 $$;
 
 CREATE OR REPLACE FUNCTION kb._py_prepare_query(indexing_config jsonb, retrieval_config jsonb,

@@ -127,7 +127,7 @@ COMMENT ON FUNCTION kb._require_manage(kb.knowledge_base, text, name) IS
 
 -- The HNSW index of an index generation is DDL on kb.embedding, which only its owner may
 -- run: a SECURITY DEFINER step that checks the acting role may change the KB.
-CREATE OR REPLACE FUNCTION kb._hnsw_index(p_index_id bigint, p_create boolean,
+CREATE OR REPLACE FUNCTION kb._hnsw_index(p_kb_id integer, p_index_id bigint, p_create boolean,
                                           acting_as name DEFAULT current_user)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -138,7 +138,7 @@ DECLARE
   v_typ text;
 BEGIN
   PERFORM kb._check_actor(acting_as);
-  SELECT * INTO v_ix FROM kb.kb_index WHERE id = p_index_id;
+  SELECT * INTO v_ix FROM kb.kb_index WHERE kb_id = p_kb_id AND id = p_index_id;
   IF NOT FOUND THEN
     IF p_create THEN
       RAISE EXCEPTION 'index generation % does not exist', p_index_id
@@ -159,7 +159,7 @@ BEGIN
   END IF;
 END
 $$;
-COMMENT ON FUNCTION kb._hnsw_index(bigint, boolean, name) IS
+COMMENT ON FUNCTION kb._hnsw_index(integer, bigint, boolean, name) IS
   'Internal: creates or drops the partial HNSW index of an index generation (owner DDL, '
   'checked against the acting role''s right to change the KB).';
 

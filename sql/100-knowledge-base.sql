@@ -120,7 +120,8 @@ BEGIN
           CASE WHEN private THEN 'private' ELSE 'team' END, current_user)
   RETURNING id INTO v_id;
   v_ix := kb._create_index(v_id, v_icfg);
-  UPDATE kb.kb_index SET status = 'active', activated_at = now() WHERE id = v_ix.id;
+  UPDATE kb.kb_index SET status = 'active', activated_at = now()
+   WHERE kb_id = v_ix.kb_id AND id = v_ix.id;
   UPDATE kb.knowledge_base SET active_index_id = v_ix.id WHERE id = v_id;
   RETURN v_id;
 END
@@ -198,7 +199,7 @@ BEGIN
   SELECT id INTO v_id FROM kb.knowledge_base k WHERE k.id = v_kb.id FOR UPDATE;
   UPDATE kb.knowledge_base SET active_index_id = NULL WHERE id = v_id;
   FOR v_ix IN SELECT id FROM kb.kb_index WHERE kb_id = v_id LOOP
-    PERFORM kb._drop_index(v_ix);
+    PERFORM kb._drop_index(v_id, v_ix);
   END LOOP;
   DELETE FROM kb.knowledge_base WHERE id = v_id;
   RETURN true;

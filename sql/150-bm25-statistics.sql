@@ -5,7 +5,8 @@
 -- or KB delete, or a replacement) takes them away again. All statistics writes of one
 -- index are serialised by a transaction-level advisory lock, so concurrent workers can
 -- never deadlock on the shared term_stat rows; the lock is held only for the short
--- write phase of a job (chunking and embedding happen before it).
+-- write phase of a job (chunking and embedding happen before it). Each statement works on
+-- one KB's rows (README "Beyond one machine"), though a statement's chunks are one KB's.
 
 CREATE OR REPLACE FUNCTION kb._lock_index_stats(p_index_ids bigint[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -26,28 +27,35 @@ CREATE OR REPLACE FUNCTION kb._chunk_after_insert() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_kb integer;
 BEGIN
   PERFORM kb._lock_index_stats(ARRAY(SELECT DISTINCT index_id FROM new_chunks));
-  -- tf counts a heading word (weight A, kb.chunk_tsvector) heading_weight times, as
-  -- doc_len (kb.tsvector_length) does.
-  INSERT INTO kb.posting (index_id, lexeme, chunk_id, kb_id, tf, dl)
-  SELECT n.index_id, u.lexeme, n.id, n.kb_id,
-         coalesce(array_length(u.positions, 1), 1)
-         + (i.hw - 1) * coalesce(cardinality(array_positions(u.weights, 'A')), 0),
-         n.doc_len
-  FROM new_chunks n
-  JOIN (SELECT ix.id, ix.kb_id, kb._heading_weight(ix.indexing_config) AS hw
-          FROM kb.kb_index ix) i ON i.id = n.index_id AND i.kb_id = n.kb_id,
-  unnest(n.tsv) u;
-  INSERT INTO kb.term_stat AS t (index_id, lexeme, kb_id, df)
-  SELECT n.index_id, u.lexeme, n.kb_id, count(*)
-  FROM new_chunks n, unnest(n.tsv) u
-  GROUP BY 1, 2, 3 ORDER BY 1, 2
-  ON CONFLICT (index_id, lexeme, kb_id) DO UPDATE SET df = t.df + EXCLUDED.df;
-  UPDATE kb.kb_index i
-     SET n_chunks = i.n_chunks + s.n, total_len = i.total_len + s.len
-    FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM new_chunks GROUP BY 1) s
-   WHERE i.id = s.index_id;
+  FOR v_kb IN SELECT DISTINCT kb_id FROM new_chunks LOOP
+    -- tf counts a heading word (weight A, kb.chunk_tsvector) heading_weight times, as
+    -- doc_len (kb.tsvector_length) does.
+    INSERT INTO kb.posting (index_id, lexeme, chunk_id, kb_id, tf, dl)
+    SELECT n.index_id, u.lexeme, n.id, n.kb_id,
+           coalesce(array_length(u.positions, 1), 1)
+           + (i.hw - 1) * coalesce(cardinality(array_positions(u.weights, 'A')), 0),
+           n.doc_len
+    FROM new_chunks n
+    JOIN (SELECT ix.id, kb._heading_weight(ix.indexing_config) AS hw
+            FROM kb.kb_index ix WHERE ix.kb_id = v_kb) i ON i.id = n.index_id,
+    unnest(n.tsv) u
+    WHERE n.kb_id = v_kb;
+    INSERT INTO kb.term_stat AS t (index_id, lexeme, kb_id, df)
+    SELECT n.index_id, u.lexeme, n.kb_id, count(*)
+    FROM new_chunks n, unnest(n.tsv) u
+    WHERE n.kb_id = v_kb
+    GROUP BY 1, 2, 3 ORDER BY 1, 2
+    ON CONFLICT (index_id, lexeme, kb_id) DO UPDATE SET df = t.df + EXCLUDED.df;
+    UPDATE kb.kb_index i
+       SET n_chunks = i.n_chunks + s.n, total_len = i.total_len + s.len
+      FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM new_chunks
+             WHERE kb_id = v_kb GROUP BY 1) s
+     WHERE i.kb_id = v_kb AND i.id = s.index_id;
+  END LOOP;
   RETURN NULL;
 END
 $$;
@@ -56,25 +64,32 @@ CREATE OR REPLACE FUNCTION kb._chunk_after_delete() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_kb integer;
 BEGIN
   -- kb._drop_index removes a whole generation's postings and statistics itself.
   IF coalesce(current_setting('kb.bulk_drop', true), '') <> '' THEN
     RETURN NULL;
   END IF;
   PERFORM kb._lock_index_stats(ARRAY(SELECT DISTINCT index_id FROM old_chunks));
-  DELETE FROM kb.posting p USING old_chunks o WHERE p.chunk_id = o.id;
-  UPDATE kb.term_stat t
-     SET df = t.df - s.n
-    FROM (SELECT o.index_id, u.lexeme, count(*) AS n
-            FROM old_chunks o, unnest(o.tsv) u GROUP BY 1, 2) s
-   WHERE t.index_id = s.index_id AND t.lexeme = s.lexeme;
-  DELETE FROM kb.term_stat t
-   USING (SELECT DISTINCT o.index_id, u.lexeme FROM old_chunks o, unnest(o.tsv) u) s
-   WHERE t.index_id = s.index_id AND t.lexeme = s.lexeme AND t.df <= 0;
-  UPDATE kb.kb_index i
-     SET n_chunks = i.n_chunks - s.n, total_len = i.total_len - s.len
-    FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM old_chunks GROUP BY 1) s
-   WHERE i.id = s.index_id;
+  FOR v_kb IN SELECT DISTINCT kb_id FROM old_chunks LOOP
+    DELETE FROM kb.posting p USING old_chunks o
+     WHERE p.kb_id = v_kb AND o.kb_id = v_kb AND p.chunk_id = o.id;
+    UPDATE kb.term_stat t
+       SET df = t.df - s.n
+      FROM (SELECT o.index_id, u.lexeme, count(*) AS n
+              FROM old_chunks o, unnest(o.tsv) u WHERE o.kb_id = v_kb GROUP BY 1, 2) s
+     WHERE t.kb_id = v_kb AND t.index_id = s.index_id AND t.lexeme = s.lexeme;
+    DELETE FROM kb.term_stat t
+     USING (SELECT DISTINCT o.index_id, u.lexeme
+              FROM old_chunks o, unnest(o.tsv) u WHERE o.kb_id = v_kb) s
+     WHERE t.kb_id = v_kb AND t.index_id = s.index_id AND t.lexeme = s.lexeme AND t.df <= 0;
+    UPDATE kb.kb_index i
+       SET n_chunks = i.n_chunks - s.n, total_len = i.total_len - s.len
+      FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM old_chunks
+             WHERE kb_id = v_kb GROUP BY 1) s
+     WHERE i.kb_id = v_kb AND i.id = s.index_id;
+  END LOOP;
   RETURN NULL;
 END
 $$;

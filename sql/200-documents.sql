@@ -119,7 +119,8 @@ BEGIN
        AND v_old.page_starts IS NOT DISTINCT FROM p_page_starts
        AND v_old.source_format IS NOT DISTINCT FROM p_source_format
        AND (p_file IS NULL OR EXISTS (SELECT 1 FROM kb.document_file f
-                                       WHERE f.document_id = v_old.id AND f.sha256 = v_fhash)) THEN
+                                       WHERE f.kb_id = p_kb.id AND f.document_id = v_old.id
+                                         AND f.sha256 = v_fhash)) THEN
       RETURN QUERY SELECT v_old.id, 'unchanged'::text;
       RETURN;
     END IF;
@@ -130,7 +131,7 @@ BEGIN
            usage_mode = p_usage_mode, page_starts = p_page_starts,
            source_format = p_source_format, source_meta = p_source_meta,
            status = 'pending', error = NULL, attempts = 0, updated_at = now()
-     WHERE d.id = v_old.id;
+     WHERE d.kb_id = p_kb.id AND d.id = v_old.id;
     v_id := v_old.id;
     action := 'replaced';
   ELSE
@@ -143,9 +144,10 @@ BEGIN
   END IF;
   PERFORM kb._keep_file(p_kb.id, v_id, p_file, v_fhash, p_file_name, p_title);
   IF p_file IS NOT NULL THEN
-    UPDATE kb.document_file f SET keep = coalesce(p_keep, true) WHERE f.document_id = v_id;
+    UPDATE kb.document_file f SET keep = coalesce(p_keep, true)
+     WHERE f.kb_id = p_kb.id AND f.document_id = v_id;
   ELSIF p_source_format = 'url' THEN
-    DELETE FROM kb.document_file f WHERE f.document_id = v_id;  -- fetched anew
+    DELETE FROM kb.document_file f WHERE f.kb_id = p_kb.id AND f.document_id = v_id;  -- fetched anew
   END IF;
   IF p_source_format IS NULL THEN  -- text given directly: its media are known now
     PERFORM kb._store_media(p_kb.id, v_id, p_media);
@@ -286,8 +288,8 @@ BEGIN
     RAISE EXCEPTION 'document "%" does not exist in knowledge base "%"', title, kb
       USING ERRCODE = 'no_data_found';
   END IF;
-  UPDATE kb.document SET status = 'pending', error = NULL, attempts = 0, updated_at = now()
-   WHERE id = v_id;
+  UPDATE kb.document d SET status = 'pending', error = NULL, attempts = 0, updated_at = now()
+   WHERE d.kb_id = v_kb.id AND d.id = v_id;
   PERFORM kb._enqueue_document(v_kb, v_id);
   RETURN v_id;
 END
@@ -315,7 +317,8 @@ BEGIN
   IF NEW.chunking IS NOT NULL AND NEW.chunking <> '{}' THEN
     NEW.chunking := kb._py_document_chunking(
       (SELECT ix.indexing_config FROM kb.knowledge_base k JOIN kb.kb_index ix
-          ON ix.id = k.active_index_id WHERE k.id = NEW.kb_id), NEW.chunking);
+          ON ix.id = k.active_index_id AND ix.kb_id = k.id
+        WHERE k.id = NEW.kb_id AND ix.kb_id = NEW.kb_id), NEW.chunking);
   ELSE
     NEW.chunking := NULL;
   END IF;
@@ -354,11 +357,12 @@ CREATE OR REPLACE VIEW kb.document_status WITH (security_invoker = true) AS
          d.attempts, d.error, d.tokens_embedded, d.embedding_cost_usd, d.source_uri,
          d.created_at, d.updated_at, d.indexed_at,
          (SELECT j.progress FROM kb.job j
-           WHERE j.document_id = d.id AND j.status IN ('queued', 'running')
+           WHERE j.kb_id = d.kb_id AND j.document_id = d.id AND j.status IN ('queued', 'running')
            ORDER BY j.id DESC LIMIT 1) AS progress,
          d.llm_calls, d.llm_cache_hits, d.llm_prompt_tokens, d.llm_completion_tokens,
          d.llm_cost_usd, d.chunking, d.source_format,
-         (SELECT count(*) FROM kb.document_media m WHERE m.document_id = d.id) AS media,
+         (SELECT count(*) FROM kb.document_media m
+           WHERE m.kb_id = d.kb_id AND m.document_id = d.id) AS media,
          d.kb_id
   FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id;
 COMMENT ON VIEW kb.document_status IS
@@ -396,9 +400,9 @@ CREATE OR REPLACE VIEW kb.knowledge_base_usage WITH (security_invoker = true) AS
          coalesce(sum(d.llm_cache_hits), 0) AS llm_cache_hits,
          coalesce(sum(d.llm_prompt_tokens), 0) AS llm_prompt_tokens,
          coalesce(sum(d.llm_completion_tokens), 0) AS llm_completion_tokens,
-         sum(d.llm_cost_usd) AS llm_cost_usd
+         sum(d.llm_cost_usd) AS llm_cost_usd, k.id AS kb_id
   FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
-  GROUP BY k.name;
+  GROUP BY k.id, k.name;
 COMMENT ON VIEW kb.knowledge_base_usage IS
   'Tokens embedded, LLM calls and tokens, and provider cost per KB.';
 GRANT SELECT ON kb.knowledge_base_usage TO PUBLIC;  -- rows as the caller's policies allow
@@ -410,7 +414,7 @@ LANGUAGE plpgsql
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  UPDATE kb.chunk SET metadata = NEW.metadata WHERE document_id = NEW.id;
+  UPDATE kb.chunk SET metadata = NEW.metadata WHERE kb_id = NEW.kb_id AND document_id = NEW.id;
   RETURN NULL;
 END
 $$;

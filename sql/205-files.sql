@@ -30,13 +30,14 @@ RETURNS integer
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  DELETE FROM kb.document_media m WHERE m.document_id = p_document_id;
+  DELETE FROM kb.document_media m WHERE m.kb_id = p_kb_id AND m.document_id = p_document_id;
   INSERT INTO kb.document_media (kb_id, document_id, ref, media_type, data, sha256, byte_size)
   SELECT p_kb_id, p_document_id, e->>'ref', e->>'media_type', decode(e->>'data', 'base64'),
          e->>'sha256', octet_length(decode(e->>'data', 'base64'))
   FROM jsonb_array_elements(coalesce(p_media, '[]')) e
   ON CONFLICT DO NOTHING;
-  SELECT count(*)::integer FROM kb.document_media m WHERE m.document_id = p_document_id;
+  SELECT count(*)::integer FROM kb.document_media m
+   WHERE m.kb_id = p_kb_id AND m.document_id = p_document_id;
 $$;
 COMMENT ON FUNCTION kb._store_media(integer, bigint, jsonb) IS
   'Internal: replaces a document''s media with the given set.';
@@ -133,24 +134,26 @@ COMMENT ON FUNCTION kb.add_url(text, text, text, jsonb, text, boolean) IS
   'skips that), and converts it like kb.add_file. source_uri keeps the URL; the fetched '
   'page is kept, so a reindex does not fetch again.';
 
-CREATE OR REPLACE FUNCTION kb._py_convert_document(document_id bigint) RETURNS text
+CREATE OR REPLACE FUNCTION kb._py_convert_document(kb_id integer, document_id bigint)
+RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.convert_document(plpy, document_id)
+return sqlapi.convert_document(plpy, kb_id, document_id)
 $$;
-CREATE OR REPLACE FUNCTION kb._convert_document(document_id bigint) RETURNS text
+CREATE OR REPLACE FUNCTION kb._convert_document(p_kb_id integer, p_document_id bigint)
+RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN kb._py_convert_document(document_id);
+  RETURN kb._py_convert_document(p_kb_id, p_document_id);
 /*@reraise_expected*/
 END
 $$;
-COMMENT ON FUNCTION kb._convert_document(bigint) IS
+COMMENT ON FUNCTION kb._convert_document(integer, bigint) IS
   'Internal: converts a file or URL document''s original to its text (and media); returns '
   'the error that stops the document, or NULL.';
 
@@ -185,8 +188,8 @@ COMMENT ON FUNCTION kb.media(text, text, bigint) IS
 
 CREATE OR REPLACE VIEW kb.document_media_list WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.title, m.document_id, 'kbpg-media:' || m.ref AS ref, m.media_type,
-         m.byte_size, m.sha256
-  FROM kb.document_media m JOIN kb.document d ON d.id = m.document_id
+         m.byte_size, m.sha256, m.kb_id
+  FROM kb.document_media m JOIN kb.document d ON d.kb_id = m.kb_id AND d.id = m.document_id
   JOIN kb.knowledge_base k ON k.id = m.kb_id;
 COMMENT ON VIEW kb.document_media_list IS
   'Every stored medium with its document and reference (without the bytes).';

@@ -28,48 +28,48 @@ BEGIN
   INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim)
   VALUES (p_kb_id, p_config, p_config->>'embedding_model', v_dim)
   RETURNING * INTO v_ix;
-  PERFORM kb._hnsw_index(v_ix.id, true);
+  PERFORM kb._hnsw_index(p_kb_id, v_ix.id, true);
   RETURN v_ix;
 END
 $$;
 COMMENT ON FUNCTION kb._create_index(integer, jsonb) IS
   'Internal: a new index generation for a KB with its own partial HNSW index.';
 
-CREATE OR REPLACE FUNCTION kb._clear_index(p_index_id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION kb._clear_index(p_kb_id integer, p_index_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM kb._hnsw_index(p_index_id, false);
+  PERFORM kb._hnsw_index(p_kb_id, p_index_id, false);
   -- Strategy tables first (they reference chunks).
-  DELETE FROM kb.page_index_node WHERE index_id = p_index_id;
-  DELETE FROM kb.page_index_toc WHERE index_id = p_index_id;
-  DELETE FROM kb.graph_node WHERE index_id = p_index_id;
-  DELETE FROM kb.graph_entity_merge WHERE index_id = p_index_id;
-  DELETE FROM kb.posting WHERE index_id = p_index_id;
-  DELETE FROM kb.term_stat WHERE index_id = p_index_id;
-  DELETE FROM kb.embedding WHERE index_id = p_index_id;
+  DELETE FROM kb.page_index_node WHERE kb_id = p_kb_id AND index_id = p_index_id;
+  DELETE FROM kb.page_index_toc WHERE kb_id = p_kb_id AND index_id = p_index_id;
+  DELETE FROM kb.graph_node WHERE kb_id = p_kb_id AND index_id = p_index_id;
+  DELETE FROM kb.graph_entity_merge WHERE kb_id = p_kb_id AND index_id = p_index_id;
+  DELETE FROM kb.posting WHERE kb_id = p_kb_id AND index_id = p_index_id;
+  DELETE FROM kb.term_stat WHERE kb_id = p_kb_id AND index_id = p_index_id;
+  DELETE FROM kb.embedding WHERE kb_id = p_kb_id AND index_id = p_index_id;
   -- Postings and statistics are gone already: skip the per-chunk trigger work.
   PERFORM set_config('kb.bulk_drop', p_index_id::text, true);
-  DELETE FROM kb.chunk WHERE index_id = p_index_id;
+  DELETE FROM kb.chunk WHERE kb_id = p_kb_id AND index_id = p_index_id;
   PERFORM set_config('kb.bulk_drop', '', true);
-  UPDATE kb.kb_index SET n_chunks = 0, total_len = 0 WHERE id = p_index_id;
+  UPDATE kb.kb_index SET n_chunks = 0, total_len = 0 WHERE kb_id = p_kb_id AND id = p_index_id;
 END
 $$;
-COMMENT ON FUNCTION kb._clear_index(bigint) IS
+COMMENT ON FUNCTION kb._clear_index(integer, bigint) IS
   'Internal: removes one index generation''s HNSW index, chunks, vectors and BM25 data, '
   'keeping its kb_index row (a failed reindex keeps its error).';
 
-CREATE OR REPLACE FUNCTION kb._drop_index(p_index_id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION kb._drop_index(p_kb_id integer, p_index_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM kb._clear_index(p_index_id);
-  DELETE FROM kb.kb_index WHERE id = p_index_id;
+  PERFORM kb._clear_index(p_kb_id, p_index_id);
+  DELETE FROM kb.kb_index WHERE kb_id = p_kb_id AND id = p_index_id;
 END
 $$;
-COMMENT ON FUNCTION kb._drop_index(bigint) IS
+COMMENT ON FUNCTION kb._drop_index(integer, bigint) IS
   'Internal: removes one index generation with everything in it.';
 
 CREATE OR REPLACE FUNCTION kb.reindex_knowledge_base(kb text, indexing_config jsonb DEFAULT NULL)
@@ -102,7 +102,7 @@ BEGIN
   FOR v_doc IN SELECT id FROM kb.document WHERE kb_id = v_kb.id ORDER BY id LOOP
     PERFORM kb._enqueue(v_kb.id, v_doc, v_ix.id);
   END LOOP;
-  PERFORM kb._maybe_activate(v_ix.id);
+  PERFORM kb._maybe_activate(v_kb.id, v_ix.id);
   RETURN v_ix.id;
 END
 $$;
@@ -111,7 +111,8 @@ COMMENT ON FUNCTION kb.reindex_knowledge_base(text, jsonb) IS
   'and dimension). Searches use the old generation until every document is done, then switch '
   'in one transaction. Returns the new generation''s id.';
 
-CREATE OR REPLACE FUNCTION kb._maybe_activate(p_index_id bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION kb._maybe_activate(p_kb_id integer, p_index_id bigint)
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -119,13 +120,15 @@ DECLARE
   v_ix  kb.kb_index;
   v_old bigint;
 BEGIN
-  SELECT * INTO v_ix FROM kb.kb_index WHERE id = p_index_id;
+  SELECT * INTO v_ix FROM kb.kb_index WHERE kb_id = p_kb_id AND id = p_index_id;
   IF v_ix.status <> 'building' OR EXISTS (
-       SELECT 1 FROM kb.job WHERE index_id = p_index_id AND status IN ('queued', 'running')) THEN
+       SELECT 1 FROM kb.job
+        WHERE kb_id = p_kb_id AND index_id = p_index_id AND status IN ('queued', 'running')) THEN
     RETURN false;
   END IF;
-  SELECT active_index_id INTO v_old FROM kb.knowledge_base WHERE id = v_ix.kb_id FOR UPDATE;
-  UPDATE kb.kb_index SET status = 'active', activated_at = now() WHERE id = p_index_id;
+  SELECT active_index_id INTO v_old FROM kb.knowledge_base WHERE id = p_kb_id FOR UPDATE;
+  UPDATE kb.kb_index SET status = 'active', activated_at = now()
+   WHERE kb_id = p_kb_id AND id = p_index_id;
   PERFORM set_config('kb.internal_write', 'on', true);
   UPDATE kb.knowledge_base k
      SET active_index_id = p_index_id, indexing_config = v_ix.indexing_config,
@@ -135,27 +138,29 @@ BEGIN
            THEN kb.validate_config('retrieval_config', k.retrieval_config - 'method',
                                    v_ix.indexing_config->>'strategy')
            ELSE k.retrieval_config END
-   WHERE id = v_ix.kb_id;
+   WHERE id = p_kb_id;
   PERFORM set_config('kb.internal_write', '', true);
   UPDATE kb.document d
-     SET chunk_count = (SELECT count(*) FROM kb.chunk c WHERE c.document_id = d.id AND c.index_id = p_index_id),
+     SET chunk_count = (SELECT count(*) FROM kb.chunk c
+                         WHERE c.kb_id = p_kb_id AND c.document_id = d.id
+                           AND c.index_id = p_index_id),
          status = 'ready', error = NULL
-   WHERE d.kb_id = v_ix.kb_id;
+   WHERE d.kb_id = p_kb_id;
   -- What building this generation cost, per document (its last finished job).
   UPDATE kb.document d
      SET llm_calls = j.llm_calls, llm_cache_hits = j.llm_cache_hits,
          llm_prompt_tokens = j.llm_prompt_tokens, llm_completion_tokens = j.llm_completion_tokens,
          llm_cost_usd = j.llm_cost_usd, indexed_at = j.finished_at
     FROM (SELECT DISTINCT ON (document_id) * FROM kb.job
-           WHERE index_id = p_index_id AND status = 'done'
+           WHERE kb_id = p_kb_id AND index_id = p_index_id AND status = 'done'
            ORDER BY document_id, id DESC) j
-   WHERE d.id = j.document_id;
+   WHERE d.kb_id = p_kb_id AND d.id = j.document_id;
   IF v_old IS NOT NULL THEN
-    PERFORM kb._drop_index(v_old);
+    PERFORM kb._drop_index(p_kb_id, v_old);
   END IF;
   RETURN true;
 END
 $$;
-COMMENT ON FUNCTION kb._maybe_activate(bigint) IS
+COMMENT ON FUNCTION kb._maybe_activate(integer, bigint) IS
   'Internal: switches a KB to a finished index generation and drops the previous one.';
 

@@ -1,4 +1,8 @@
 -- The indexing job queue: enqueue, claim (FOR UPDATE SKIP LOCKED), run, fail and retry.
+--
+-- A job is addressed by its KB and its id: every statement below reads and writes one
+-- KB's rows, kb_id fixed (README "Beyond one machine": Citus runs each on the KB's node).
+-- A claim takes jobs of one KB.
 
 CREATE OR REPLACE FUNCTION kb._enqueue(p_kb_id integer, p_document_id bigint, p_index_id bigint)
 RETURNS bigint
@@ -11,7 +15,8 @@ BEGIN
   -- A newer version supersedes queued work; a running job finds the content changed
   -- and stands down (kb.process_job).
   UPDATE kb.job SET status = 'cancelled', finished_at = now(), last_error = 'superseded'
-   WHERE document_id = p_document_id AND index_id = p_index_id AND status = 'queued';
+   WHERE kb_id = p_kb_id AND document_id = p_document_id AND index_id = p_index_id
+     AND status = 'queued';
   INSERT INTO kb.job (kb_id, document_id, index_id, max_attempts)
   VALUES (p_kb_id, p_document_id, p_index_id,
           coalesce(nullif(current_setting('kb.max_attempts', true), '')::integer, 5))
@@ -63,6 +68,12 @@ RETURNS SETOF kb.job
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_kb     integer;
+  v_id     bigint;
+  v_tried  integer[];
+  v_n      integer;
+  v_active bigint;
 BEGIN
   IF coalesce(btrim(worker), '') = '' THEN
     RAISE EXCEPTION 'worker must name the worker claiming the jobs'
@@ -78,36 +89,73 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   -- Jobs whose worker died after its last allowed attempt: give up on them.
-  PERFORM kb._fail_job(j.id, coalesce(j.last_error, 'the worker running it stopped (lease expired)'), true)
-     FROM kb.job j
-    WHERE j.status = 'running' AND j.locked_until < now() AND j.attempts >= j.max_attempts
-      FOR UPDATE SKIP LOCKED;
-  RETURN QUERY
-  WITH c AS (
-    SELECT j.id FROM kb.job j
-     WHERE (j.status = 'queued' AND j.run_after <= now())
-        OR (j.status = 'running' AND j.locked_until < now())
-     ORDER BY j.run_after, j.id
-     LIMIT max_jobs
-     FOR UPDATE SKIP LOCKED
-  )
-  UPDATE kb.job j
-     SET status = 'running', attempts = j.attempts + 1, locked_by = worker,
-         locked_until = now() + make_interval(secs => claim_jobs.lease_seconds),
-         started_at = now(), lease_seconds = claim_jobs.lease_seconds
-    FROM c WHERE j.id = c.id
-  RETURNING j.*;
+  FOR v_kb, v_id IN
+    SELECT j.kb_id, j.id FROM kb.job j
+     WHERE j.status = 'running' AND j.locked_until < now() AND j.attempts >= j.max_attempts
+  LOOP
+    PERFORM 1 FROM kb.job j
+     WHERE j.kb_id = v_kb AND j.id = v_id AND j.status = 'running'
+       AND j.locked_until < now() AND j.attempts >= j.max_attempts
+       FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+      PERFORM kb._fail_job(v_kb, v_id, coalesce(
+        (SELECT j.last_error FROM kb.job j WHERE j.kb_id = v_kb AND j.id = v_id),
+        'the worker running it stopped (lease expired)'), true);
+    END IF;
+  END LOOP;
+  -- One KB's jobs per claim: first the KB of the job due longest; when another worker
+  -- holds all of that KB's due jobs, the others in the order of their oldest due job.
+  SELECT j.kb_id INTO v_kb FROM kb.job j
+   WHERE (j.status = 'queued' AND j.run_after <= now())
+      OR (j.status = 'running' AND j.locked_until < now())
+   ORDER BY j.run_after, j.id LIMIT 1;
+  IF v_kb IS NULL THEN
+    RETURN;
+  END IF;
+  v_tried := ARRAY[v_kb];
+  LOOP
+    RETURN QUERY
+    WITH c AS (
+      SELECT j.id FROM kb.job j
+       WHERE j.kb_id = v_kb
+         AND ((j.status = 'queued' AND j.run_after <= now())
+              OR (j.status = 'running' AND j.locked_until < now()))
+       ORDER BY j.run_after, j.id
+       LIMIT max_jobs
+       FOR UPDATE SKIP LOCKED
+    )
+    UPDATE kb.job j
+       SET status = 'running', attempts = j.attempts + 1, locked_by = worker,
+           locked_until = now() + make_interval(secs => claim_jobs.lease_seconds),
+           started_at = now(), lease_seconds = claim_jobs.lease_seconds
+      FROM c WHERE j.kb_id = v_kb AND j.id = c.id
+    RETURNING j.*;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    EXIT WHEN v_n > 0;
+    SELECT j.kb_id INTO v_kb FROM kb.job j
+     WHERE ((j.status = 'queued' AND j.run_after <= now())
+            OR (j.status = 'running' AND j.locked_until < now()))
+       AND j.kb_id <> ALL (v_tried)
+     GROUP BY j.kb_id ORDER BY min(j.run_after) LIMIT 1;
+    IF NOT FOUND THEN
+      RETURN;
+    END IF;
+    v_tried := v_tried || v_kb;
+  END LOOP;
+  SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = v_kb;
   UPDATE kb.document d SET status = 'indexing', updated_at = now()
-    FROM kb.job j JOIN kb.knowledge_base k ON k.id = j.kb_id
-   WHERE j.locked_by = worker AND j.status = 'running' AND d.id = j.document_id
-     AND j.index_id = k.active_index_id AND d.status = 'pending';
+    FROM kb.job j
+   WHERE j.kb_id = v_kb AND d.kb_id = v_kb AND j.locked_by = worker AND j.status = 'running'
+     AND d.id = j.document_id AND j.index_id = v_active AND d.status = 'pending';
 END
 $$;
 COMMENT ON FUNCTION kb.claim_jobs(text, integer, double precision) IS
-  'Claims up to max_jobs runnable jobs for a worker (FOR UPDATE SKIP LOCKED): queued ones due '
-  'now, and running ones whose lease expired (their worker died).';
+  'Claims up to max_jobs runnable jobs of one knowledge base for a worker (FOR UPDATE SKIP '
+  'LOCKED): queued ones due now, and running ones whose lease expired (their worker died). '
+  'The KB is the one whose job has waited longest, among those with a job no other worker holds.';
 
-CREATE OR REPLACE FUNCTION kb._fail_job(p_job_id bigint, p_error text, p_final boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION kb._fail_job(p_kb_id integer, p_job_id bigint, p_error text,
+                                        p_final boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -117,39 +165,39 @@ DECLARE
   v_base double precision := coalesce(nullif(current_setting('kb.retry_base_seconds', true), '')::double precision, 2);
   v_active bigint;
 BEGIN
-  SELECT * INTO v_job FROM kb.job WHERE id = p_job_id FOR UPDATE;
+  SELECT * INTO v_job FROM kb.job WHERE kb_id = p_kb_id AND id = p_job_id FOR UPDATE;
   IF NOT FOUND OR v_job.status NOT IN ('running', 'queued') THEN
     RETURN 'gone';
   END IF;
-  SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = v_job.kb_id;
+  SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = p_kb_id;
   IF p_final OR v_job.attempts >= v_job.max_attempts THEN
     UPDATE kb.job SET status = 'failed', last_error = p_error, finished_at = now(),
                       locked_by = NULL, locked_until = NULL
-     WHERE id = p_job_id;
+     WHERE kb_id = p_kb_id AND id = p_job_id;
     IF v_job.index_id = v_active THEN
       UPDATE kb.document SET status = 'error', error = p_error, attempts = v_job.attempts,
                              updated_at = now()
-       WHERE id = v_job.document_id;
+       WHERE kb_id = p_kb_id AND id = v_job.document_id;
     ELSE
       -- A reindex that cannot index one document fails whole; the old generation serves on.
       PERFORM kb._lock_index_stats(ARRAY[v_job.index_id]);
       UPDATE kb.kb_index SET status = 'failed',
              error = format('document %s: %s', v_job.document_id, p_error)
-       WHERE id = v_job.index_id AND status = 'building';
+       WHERE kb_id = p_kb_id AND id = v_job.index_id AND status = 'building';
       UPDATE kb.job SET status = 'cancelled', finished_at = now(), last_error = 'reindex failed'
-       WHERE index_id = v_job.index_id AND status = 'queued';
-      PERFORM kb._clear_index(v_job.index_id);
+       WHERE kb_id = p_kb_id AND index_id = v_job.index_id AND status = 'queued';
+      PERFORM kb._clear_index(p_kb_id, v_job.index_id);
     END IF;
     RETURN 'failed';
   END IF;
   UPDATE kb.job
      SET status = 'queued', last_error = p_error, locked_by = NULL, locked_until = NULL,
          run_after = now() + make_interval(secs => least(v_base * 2 ^ (v_job.attempts - 1), 600))
-   WHERE id = p_job_id;
+   WHERE kb_id = p_kb_id AND id = p_job_id;
   IF v_job.index_id = v_active THEN
     UPDATE kb.document SET status = 'pending', error = p_error, attempts = v_job.attempts,
                            updated_at = now()
-     WHERE id = v_job.document_id;
+     WHERE kb_id = p_kb_id AND id = v_job.document_id;
   END IF;
   RETURN 'retry';
 END
@@ -162,46 +210,52 @@ AS $$ SELECT (CASE p_verdict WHEN 'gone' THEN 'lost' ELSE p_verdict END)::kb.job
 COMMENT ON FUNCTION kb._job_verdict(text) IS
   'Internal: kb._fail_job''s verdict (retry, failed, gone) as a job outcome.';
 
-CREATE OR REPLACE FUNCTION kb.fail_job(job_id bigint, worker text, error text) RETURNS text
+CREATE OR REPLACE FUNCTION kb.fail_job(kb_id integer, job_id bigint, worker text, error text)
+RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM kb.job j WHERE j.id = job_id AND j.locked_by = worker) THEN
+  IF NOT EXISTS (SELECT 1 FROM kb.job j
+                  WHERE j.kb_id = fail_job.kb_id AND j.id = job_id AND j.locked_by = worker) THEN
     RETURN 'lost';
   END IF;
-  RETURN kb._fail_job(job_id, left(error, 4000));
+  RETURN kb._fail_job(fail_job.kb_id, job_id, left(error, 4000));
 END
 $$;
-COMMENT ON FUNCTION kb.fail_job(bigint, text, text) IS
+COMMENT ON FUNCTION kb.fail_job(integer, bigint, text, text) IS
   'Records a job failure: queued again with exponential backoff (kb.retry_base_seconds, '
   'default 2 s) until max_attempts, then failed, with the error on the job and the document.';
 
-CREATE OR REPLACE FUNCTION kb.release_job(job_id bigint, worker text) RETURNS boolean
+CREATE OR REPLACE FUNCTION kb.release_job(kb_id integer, job_id bigint, worker text)
+RETURNS boolean
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   UPDATE kb.job j SET status = 'queued', locked_by = NULL, locked_until = NULL,
                       attempts = greatest(j.attempts - 1, 0), run_after = now()
-   WHERE j.id = release_job.job_id AND j.locked_by = release_job.worker AND j.status = 'running'
+   WHERE j.kb_id = release_job.kb_id AND j.id = release_job.job_id
+     AND j.locked_by = release_job.worker AND j.status = 'running'
   RETURNING true
 $$;
-COMMENT ON FUNCTION kb.release_job(bigint, text) IS
+COMMENT ON FUNCTION kb.release_job(integer, bigint, text) IS
   'Hands a running job back to the queue (a worker stopping between steps of a long job); '
   'the attempt does not count, and its cached LLM answers carry the next run.';
 
-CREATE OR REPLACE FUNCTION kb._cancel_job(p_job_id bigint, p_reason text) RETURNS void
+CREATE OR REPLACE FUNCTION kb._cancel_job(p_kb_id integer, p_job_id bigint, p_reason text)
+RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   UPDATE kb.job SET status = 'cancelled', finished_at = now(), locked_by = NULL,
                     last_error = p_reason
-   WHERE id = p_job_id
+   WHERE kb_id = p_kb_id AND id = p_job_id
 $$;
-COMMENT ON FUNCTION kb._cancel_job(bigint, text) IS
+COMMENT ON FUNCTION kb._cancel_job(integer, bigint, text) IS
   'Internal: a job that has nothing left to do (generation gone, document superseded).';
 
-CREATE OR REPLACE FUNCTION kb.process_job(job_id bigint, worker text) RETURNS kb.job_outcome
+CREATE OR REPLACE FUNCTION kb.process_job(kb_id integer, job_id bigint, worker text)
+RETURNS kb.job_outcome
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -215,17 +269,20 @@ DECLARE
   v_use  jsonb;
   v_ids  jsonb;
   v_err  text;
+  v_kb   integer;
 BEGIN
   -- The row lock is held until this transaction ends: while this backend works, no
   -- other worker can claim the job, even if its lease runs out.
-  SELECT * INTO v_job FROM kb.job j WHERE j.id = process_job.job_id FOR UPDATE;
+  SELECT * INTO v_job FROM kb.job j
+   WHERE j.kb_id = process_job.kb_id AND j.id = process_job.job_id FOR UPDATE;
   IF NOT FOUND OR v_job.status <> 'running' OR v_job.locked_by IS DISTINCT FROM worker THEN
     RETURN 'lost';
   END IF;
-  SELECT * INTO v_doc FROM kb.document WHERE id = v_job.document_id;
-  SELECT * INTO v_ix FROM kb.kb_index WHERE id = v_job.index_id;
+  v_kb := v_job.kb_id;
+  SELECT * INTO v_doc FROM kb.document d WHERE d.kb_id = v_kb AND d.id = v_job.document_id;
+  SELECT * INTO v_ix FROM kb.kb_index i WHERE i.kb_id = v_kb AND i.id = v_job.index_id;
   IF v_ix.status NOT IN ('active', 'building') THEN
-    PERFORM kb._cancel_job(v_job.id, 'index generation ' || v_ix.status);
+    PERFORM kb._cancel_job(v_kb, v_job.id, 'index generation ' || v_ix.status);
     RETURN 'cancelled';
   END IF;
 
@@ -234,13 +291,13 @@ BEGIN
   -- no re-upload. What cannot be converted fails the document at once: trying again
   -- converts the same bytes the same way.
   IF v_doc.source_format IS NOT NULL AND (v_job.steps = 0 OR v_doc.content IS NULL) THEN
-    v_err := kb._convert_document(v_doc.id);
+    v_err := kb._convert_document(v_kb, v_doc.id);
     IF v_err IS NOT NULL THEN
-      RETURN kb._job_verdict(kb._fail_job(v_job.id, left(v_err, 4000), true));
+      RETURN kb._job_verdict(kb._fail_job(v_kb, v_job.id, left(v_err, 4000), true));
     END IF;
-    SELECT * INTO v_doc FROM kb.document WHERE id = v_job.document_id;
+    SELECT * INTO v_doc FROM kb.document d WHERE d.kb_id = v_kb AND d.id = v_job.document_id;
     IF v_doc.content IS NULL THEN  -- a newer version arrived while this one converted
-      PERFORM kb._cancel_job(v_job.id, 'superseded by a newer version');
+      PERFORM kb._cancel_job(v_kb, v_job.id, 'superseded by a newer version');
       RETURN 'superseded';
     END IF;
   END IF;
@@ -256,7 +313,8 @@ BEGIN
                               CASE WHEN v_ix.indexing_config->>'strategy' = 'doc2json'
                                         AND v_ix.indexing_config->'extra'->>'mode' = 'image'
                                    THEN (SELECT f.data FROM kb.document_file f
-                                          WHERE f.document_id = v_doc.id) END,
+                                          WHERE f.kb_id = v_kb AND f.document_id = v_doc.id)
+                              END,
                               v_ix.id);
   v_use := coalesce(v_res.usage, '{}');
   UPDATE kb.job
@@ -270,29 +328,31 @@ BEGIN
          llm_cost_usd = llm_cost_usd + CASE WHEN v_res.usage IS NULL THEN 0
                                             ELSE (v_use->>'cost_usd')::numeric END,
          locked_until = now() + make_interval(secs => kb.job.lease_seconds)
-   WHERE id = v_job.id
+   WHERE kb.job.kb_id = v_kb AND id = v_job.id
    RETURNING * INTO v_job;
   IF v_res.status = 'more' THEN
     RETURN 'more';
   ELSIF v_res.status = 'error' THEN
-    RETURN kb._job_verdict(kb._fail_job(v_job.id, left(v_res.error, 4000)));
+    RETURN kb._job_verdict(kb._fail_job(v_kb, v_job.id, left(v_res.error, 4000)));
   END IF;
 
   -- The write phase holds the generation's statistics lock (the chunk triggers take it
   -- too); a failing reindex takes it before clearing the generation, so this check
   -- cannot race it. No row lock on kb_index here: the triggers update that row.
   PERFORM kb._lock_index_stats(ARRAY[v_ix.id]);
-  PERFORM 1 FROM kb.kb_index WHERE id = v_ix.id AND status IN ('active', 'building');
+  PERFORM 1 FROM kb.kb_index i
+   WHERE i.kb_id = v_kb AND i.id = v_ix.id AND i.status IN ('active', 'building');
   IF NOT FOUND THEN
-    PERFORM kb._cancel_job(v_job.id, 'index generation no longer being built');
+    PERFORM kb._cancel_job(v_kb, v_job.id, 'index generation no longer being built');
     RETURN 'cancelled';
   END IF;
-  PERFORM 1 FROM kb.document WHERE id = v_doc.id AND content_hash = v_doc.content_hash FOR UPDATE;
+  PERFORM 1 FROM kb.document d
+   WHERE d.kb_id = v_kb AND d.id = v_doc.id AND d.content_hash = v_doc.content_hash FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM kb._cancel_job(v_job.id, 'superseded by a newer version');
+    PERFORM kb._cancel_job(v_kb, v_job.id, 'superseded by a newer version');
     RETURN 'superseded';
   END IF;
-  DELETE FROM kb.chunk WHERE document_id = v_doc.id AND index_id = v_ix.id;
+  DELETE FROM kb.chunk c WHERE c.kb_id = v_kb AND c.document_id = v_doc.id AND c.index_id = v_ix.id;
   WITH payload AS (
     SELECT c.*, kb.chunk_tsvector(v_ix.indexing_config, c.embed_text, c.heading_path) AS tsv
     FROM unnest(v_res.chunks) c
@@ -314,53 +374,55 @@ BEGIN
     INTO v_n, v_ids FROM ins;
   -- The strategy's own tables (kb._store_<strategy>), with the new chunks' ids.
   IF v_res.artifacts IS NOT NULL THEN
-    EXECUTE format('SELECT kb.%I($1, $2, $3, $4)', '_store_' || (v_ix.indexing_config->>'strategy'))
-      USING v_ix.id, v_doc.id, v_res.artifacts, v_ids;
+    EXECUTE format('SELECT kb.%I($1, $2, $3, $4, $5)',
+                   '_store_' || (v_ix.indexing_config->>'strategy'))
+      USING v_kb, v_ix.id, v_doc.id, v_res.artifacts, v_ids;
   END IF;
 
-  UPDATE kb.job SET status = 'done', finished_at = now(), locked_by = NULL, locked_until = NULL,
-                    last_error = NULL
-   WHERE id = v_job.id;
-  SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = v_job.kb_id;
+  UPDATE kb.job j SET status = 'done', finished_at = now(), locked_by = NULL,
+                      locked_until = NULL, last_error = NULL
+   WHERE j.kb_id = v_kb AND j.id = v_job.id;
+  SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = v_kb;
   IF v_ix.id = v_active THEN
-    UPDATE kb.document
+    UPDATE kb.document d
        SET status = 'ready', error = NULL, chunk_count = v_n, attempts = v_job.attempts,
            tokens_embedded = v_res.tokens, embedding_cost_usd = v_res.cost_usd,
            llm_calls = v_job.llm_calls, llm_cache_hits = v_job.llm_cache_hits,
            llm_prompt_tokens = v_job.llm_prompt_tokens,
            llm_completion_tokens = v_job.llm_completion_tokens, llm_cost_usd = v_job.llm_cost_usd,
            indexed_at = now(), updated_at = now()
-     WHERE id = v_doc.id;
+     WHERE d.kb_id = v_kb AND d.id = v_doc.id;
   ELSE
-    PERFORM kb._maybe_activate(v_ix.id);
+    PERFORM kb._maybe_activate(v_kb, v_ix.id);
   END IF;
   RETURN 'done';
 END
 $$;
-COMMENT ON FUNCTION kb.process_job(bigint, text) IS
+COMMENT ON FUNCTION kb.process_job(integer, bigint, text) IS
   'Indexes the document of a claimed job with its KB''s strategy: compute (PL/Python: chunk '
   'and embed, or build a tree with the LLM), then swap the document''s chunks, vectors, BM25 '
   'postings and strategy tables in one transaction; searches see the old or the new, never a '
   'mix. An LLM job runs in steps: ''more'' means a step committed its cached answers and the '
   'worker should call again. Returns a kb.job_outcome.';
 
-CREATE OR REPLACE FUNCTION kb.renew_leases(job_ids bigint[], worker text) RETURNS integer
+CREATE OR REPLACE FUNCTION kb.renew_leases(kb_id integer, job_ids bigint[], worker text)
+RETURNS integer
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   WITH renewed AS (
     UPDATE kb.job j SET locked_until = now() + make_interval(secs => j.lease_seconds)
-     WHERE j.id = ANY (renew_leases.job_ids) AND j.locked_by = renew_leases.worker
-       AND j.status = 'running'
+     WHERE j.kb_id = renew_leases.kb_id AND j.id = ANY (renew_leases.job_ids)
+       AND j.locked_by = renew_leases.worker AND j.status = 'running'
     RETURNING 1
   )
   SELECT count(*)::integer FROM renewed
 $$;
-COMMENT ON FUNCTION kb.renew_leases(bigint[], text) IS
-  'Starts the leases of a worker''s claimed jobs again (jobs claimed together wait their '
-  'turn); returns how many it still holds.';
+COMMENT ON FUNCTION kb.renew_leases(integer, bigint[], text) IS
+  'Starts the leases of a worker''s claimed jobs of one KB again (jobs claimed together wait '
+  'their turn); returns how many it still holds.';
 
-CREATE OR REPLACE FUNCTION kb.prefetch_embeddings(job_ids bigint[], worker text)
+CREATE OR REPLACE FUNCTION kb.prefetch_embeddings(kb_id integer, job_ids bigint[], worker text)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -377,21 +439,21 @@ BEGIN
   -- no other worker claims them meanwhile, and their leases start again afterwards.
   SELECT array_agg(s.id ORDER BY s.id) INTO v_ids
     FROM (SELECT j.id FROM kb.job j
-           WHERE j.id = ANY (prefetch_embeddings.job_ids) AND j.locked_by = worker
-             AND j.status = 'running'
+           WHERE j.kb_id = prefetch_embeddings.kb_id AND j.id = ANY (prefetch_embeddings.job_ids)
+             AND j.locked_by = worker AND j.status = 'running'
            FOR UPDATE) s;
   IF v_ids IS NULL THEN
     RETURN 0;
   END IF;
-  v_n := kb._py_prefetch_embeddings(v_ids, worker);
-  PERFORM kb.renew_leases(v_ids, worker);
+  v_n := kb._py_prefetch_embeddings(prefetch_embeddings.kb_id, v_ids, worker);
+  PERFORM kb.renew_leases(prefetch_embeddings.kb_id, v_ids, worker);
   RETURN v_n;
 /*@reraise_expected*/
 END
 $$;
-COMMENT ON FUNCTION kb.prefetch_embeddings(bigint[], text) IS
-  'For a worker that claimed several jobs: chunks their documents and embeds all the chunks '
-  'together (full batches; a remote provider gets a few requests instead of one per '
+COMMENT ON FUNCTION kb.prefetch_embeddings(integer, bigint[], text) IS
+  'For a worker that claimed several jobs of a KB: chunks their documents and embeds all the '
+  'chunks together (full batches; a remote provider gets a few requests instead of one per '
   'document), keeping the vectors in this connection for the jobs'' kb.process_job calls, '
   'which follow on the same connection. ChunkEmbed documents with their text at hand take '
   'part; errors are left for each job to report. Returns the chunks embedded ahead.';

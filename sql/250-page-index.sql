@@ -2,46 +2,46 @@
 -- kb.process_job stores a page_index build through kb._store_page_index; the nodes' text
 -- lives in kb.chunk (one chunk per node), so BM25 and context assembly serve it as-is.
 
-CREATE OR REPLACE FUNCTION kb._store_page_index(p_index_id bigint, p_document_id bigint,
-                                                p_artifacts jsonb, p_chunk_ids jsonb)
+CREATE OR REPLACE FUNCTION kb._store_page_index(p_kb_id integer, p_index_id bigint,
+                                                p_document_id bigint, p_artifacts jsonb,
+                                                p_chunk_ids jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_kb integer := kb._index_kb(p_index_id);  -- looked up once, not per row
 BEGIN
   -- The document's old nodes went with its old chunks (ON DELETE CASCADE).
-  DELETE FROM kb.page_index_toc WHERE index_id = p_index_id AND document_id = p_document_id;
+  DELETE FROM kb.page_index_toc
+   WHERE kb_id = p_kb_id AND index_id = p_index_id AND document_id = p_document_id;
   INSERT INTO kb.page_index_node (index_id, kb_id, document_id, node_id, chunk_id, parent_id,
                                   ordinal, depth, title, summary, summary_kind, page_start,
                                   page_end, section_end)
-  SELECT p_index_id, v_kb, p_document_id, n->>'node_id', (p_chunk_ids->>(n->>'ordinal'))::bigint,
+  SELECT p_index_id, p_kb_id, p_document_id, n->>'node_id', (p_chunk_ids->>(n->>'ordinal'))::bigint,
          n->>'parent_id', (n->>'ordinal')::integer, (n->>'depth')::integer, n->>'title',
          n->>'summary', n->>'summary_kind', (n->>'page_start')::integer,
          (n->>'page_end')::integer, (n->>'section_end')::integer
   FROM jsonb_array_elements(p_artifacts->'nodes') AS n;
   INSERT INTO kb.page_index_toc (index_id, kb_id, document_id, description, description_kind,
                                  toc, node_count, structure, structure_detail)
-  VALUES (p_index_id, v_kb, p_document_id, p_artifacts->>'description',
+  VALUES (p_index_id, p_kb_id, p_document_id, p_artifacts->>'description',
           p_artifacts->>'description_kind', p_artifacts->'toc',
           jsonb_array_length(p_artifacts->'nodes'),
           coalesce(p_artifacts->>'structure', 'markdown_headings'),
           p_artifacts - ARRAY['nodes', 'toc', 'description', 'description_kind', 'structure']);
 END
 $$;
-COMMENT ON FUNCTION kb._store_page_index(bigint, bigint, jsonb, jsonb) IS
+COMMENT ON FUNCTION kb._store_page_index(integer, bigint, bigint, jsonb, jsonb) IS
   'Internal: writes one document''s PageIndex tree (nodes and ToC) for an index generation.';
 
 CREATE OR REPLACE VIEW kb.page_index_nodes WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.title AS document, n.document_id, n.node_id, n.parent_id, n.depth,
          n.ordinal, n.title, c.heading_path AS title_path, n.summary, n.summary_kind,
          n.page_start, n.page_end, c.char_start, c.char_end, n.section_end, c.token_count,
-         c.content AS text, n.chunk_id
+         c.content AS text, n.chunk_id, n.kb_id
   FROM kb.page_index_node n
-  JOIN kb.knowledge_base k ON k.active_index_id = n.index_id
-  JOIN kb.document d ON d.id = n.document_id
-  JOIN kb.chunk c ON c.id = n.chunk_id;
+  JOIN kb.knowledge_base k ON k.id = n.kb_id AND k.active_index_id = n.index_id
+  JOIN kb.document d ON d.kb_id = n.kb_id AND d.id = n.document_id
+  JOIN kb.chunk c ON c.kb_id = n.kb_id AND c.id = n.chunk_id;
 COMMENT ON VIEW kb.page_index_nodes IS
   'The serving PageIndex nodes of every KB, in reading order per document, with their text, '
   'title path, summary and page range. char_start/char_end is the node''s own text; '

@@ -1,40 +1,40 @@
 -- GraphIndex's edges: the PageIndex tree (kb._store_page_index) plus the cross-references
 -- between its sections. kb._search_core adds the sections the hits reference.
 
-CREATE OR REPLACE FUNCTION kb._store_graph_index(p_index_id bigint, p_document_id bigint,
-                                                 p_artifacts jsonb, p_chunk_ids jsonb)
+CREATE OR REPLACE FUNCTION kb._store_graph_index(p_kb_id integer, p_index_id bigint,
+                                                 p_document_id bigint, p_artifacts jsonb,
+                                                 p_chunk_ids jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_kb integer := kb._index_kb(p_index_id);  -- looked up once, not per row
 BEGIN
   -- The document's old edges went with its old chunks (ON DELETE CASCADE).
-  PERFORM kb._store_page_index(p_index_id, p_document_id, p_artifacts - 'edges', p_chunk_ids);
+  PERFORM kb._store_page_index(p_kb_id, p_index_id, p_document_id, p_artifacts - 'edges',
+                               p_chunk_ids);
   INSERT INTO kb.graph_index_edge (index_id, kb_id, document_id, source_chunk_id,
                                    target_chunk_id, ordinal, kind, phrase, resolved_by)
-  SELECT p_index_id, v_kb, p_document_id, (p_chunk_ids->>(e->>'source'))::bigint,
+  SELECT p_index_id, p_kb_id, p_document_id, (p_chunk_ids->>(e->>'source'))::bigint,
          (p_chunk_ids->>(e->>'target'))::bigint, i::integer, e->>'kind', e->>'phrase',
          e->>'resolved_by'
   FROM jsonb_array_elements(coalesce(p_artifacts->'edges', '[]')) WITH ORDINALITY AS x(e, i);
 END
 $$;
-COMMENT ON FUNCTION kb._store_graph_index(bigint, bigint, jsonb, jsonb) IS
+COMMENT ON FUNCTION kb._store_graph_index(integer, bigint, bigint, jsonb, jsonb) IS
   'Internal: writes one document''s GraphIndex tree and cross-references for an index generation.';
 
 CREATE OR REPLACE VIEW kb.graph_index_edges WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.title AS document, e.document_id, s.heading_path AS source_path,
          t.heading_path AS target_path, e.kind, e.phrase, e.resolved_by,
          sn.node_id AS source_node_id, tn.node_id AS target_node_id,
-         e.source_chunk_id, e.target_chunk_id
+         e.source_chunk_id, e.target_chunk_id, e.kb_id
   FROM kb.graph_index_edge e
-  JOIN kb.knowledge_base k ON k.active_index_id = e.index_id
-  JOIN kb.document d ON d.id = e.document_id
-  JOIN kb.chunk s ON s.id = e.source_chunk_id
-  JOIN kb.chunk t ON t.id = e.target_chunk_id
-  LEFT JOIN kb.page_index_node sn ON sn.chunk_id = e.source_chunk_id
-  LEFT JOIN kb.page_index_node tn ON tn.chunk_id = e.target_chunk_id;
+  JOIN kb.knowledge_base k ON k.id = e.kb_id AND k.active_index_id = e.index_id
+  JOIN kb.document d ON d.kb_id = e.kb_id AND d.id = e.document_id
+  JOIN kb.chunk s ON s.kb_id = e.kb_id AND s.id = e.source_chunk_id
+  JOIN kb.chunk t ON t.kb_id = e.kb_id AND t.id = e.target_chunk_id
+  LEFT JOIN kb.page_index_node sn ON sn.kb_id = e.kb_id AND sn.chunk_id = e.source_chunk_id
+  LEFT JOIN kb.page_index_node tn ON tn.kb_id = e.kb_id AND tn.chunk_id = e.target_chunk_id;
 COMMENT ON VIEW kb.graph_index_edges IS
   'The serving GraphIndex cross-references of every KB: which section refers to which, how, '
   'in what words, and whether a rule or the LLM resolved it.';
@@ -50,11 +50,11 @@ CREATE OR REPLACE VIEW kb.graph_index_documents WITH (security_invoker = true) A
            AS dropped_unknown_ids,
          coalesce((t.structure_detail->'references'->>'dropped_structural')::integer, 0)
            AS dropped_structural,
-         t.structure_detail->'references'->>'llm' AS llm_note
+         t.structure_detail->'references'->>'llm' AS llm_note, t.kb_id
   FROM kb.page_index_toc t
-  JOIN kb.knowledge_base k ON k.active_index_id = t.index_id
-  JOIN kb.kb_index ix ON ix.id = t.index_id
-  JOIN kb.document d ON d.id = t.document_id
+  JOIN kb.knowledge_base k ON k.id = t.kb_id AND k.active_index_id = t.index_id
+  JOIN kb.kb_index ix ON ix.kb_id = t.kb_id AND ix.id = t.index_id
+  JOIN kb.document d ON d.kb_id = t.kb_id AND d.id = t.document_id
   WHERE ix.indexing_config->>'strategy' = 'graph_index';
 COMMENT ON VIEW kb.graph_index_documents IS
   'Per GraphIndex document: its sections, and how many cross-references each way found '

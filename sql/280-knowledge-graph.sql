@@ -1,23 +1,24 @@
 -- The knowledge-graph index of ChunkEmbed KBs (indexing_config.knowledge_graph): storage,
 -- reference resolution across files, and the functions for direct graph questions.
 
-CREATE OR REPLACE FUNCTION kb._store_knowledge_graph(p_index_id bigint, p_document_id bigint,
-                                                     p_graph jsonb, p_chunk_ids jsonb)
+CREATE OR REPLACE FUNCTION kb._store_knowledge_graph(p_kb_id integer, p_index_id bigint,
+                                                     p_document_id bigint, p_graph jsonb,
+                                                     p_chunk_ids jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_ids jsonb;
-  v_kb  integer := kb._index_kb(p_index_id);  -- looked up once, not per row
 BEGIN
   -- The document's previous graph in this generation (its edges cascade).
-  DELETE FROM kb.graph_node WHERE index_id = p_index_id AND document_id = p_document_id;
+  DELETE FROM kb.graph_node
+   WHERE kb_id = p_kb_id AND index_id = p_index_id AND document_id = p_document_id;
   WITH ins AS (
     INSERT INTO kb.graph_node (index_id, kb_id, document_id, local_id, graph, kind, name,
                                qualified_name, path, module, language, member_of, start_line,
                                end_line, chunk_id, properties, embedding)
-    SELECT p_index_id, v_kb, p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
+    SELECT p_index_id, p_kb_id, p_document_id, (n->>'local_id')::integer, n->>'graph', n->>'kind',
            n->>'name', n->>'qualified_name', n->>'path', n->>'module', n->>'language',
            n->>'member_of', (n->>'start_line')::integer, (n->>'end_line')::integer,
            (p_chunk_ids->>(n->>'chunk'))::bigint, coalesce(n->'properties', '{}'),
@@ -29,7 +30,7 @@ BEGIN
   INSERT INTO kb.graph_edge (index_id, kb_id, document_id, source_id, kind, target_id,
                              target_name, target_modules, qualifier, line, confidence,
                              resolution, label, chunk_id)
-  SELECT p_index_id, v_kb, p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
+  SELECT p_index_id, p_kb_id, p_document_id, (v_ids->>(e->>'source'))::bigint, e->>'kind',
          (v_ids->>(e->>'target'))::bigint, e->>'target_name',
          coalesce(ARRAY(SELECT jsonb_array_elements_text(e->'target_modules')), '{}'),
          e->>'qualifier', (e->>'line')::integer,
@@ -40,40 +41,46 @@ BEGIN
   -- Entity merge decisions (kept across documents; a pair decided once, a key merged once).
   INSERT INTO kb.graph_entity_merge (index_id, kb_id, key, other_key, merged, decided_by,
                                      reason, similarity)
-  SELECT p_index_id, v_kb, m->>'key', m->>'other_key', (m->>'merged')::boolean, m->>'decided_by',
+  SELECT p_index_id, p_kb_id, m->>'key', m->>'other_key', (m->>'merged')::boolean, m->>'decided_by',
          m->>'reason', (m->>'similarity')::real
   FROM jsonb_array_elements(coalesce(p_graph->'merges', '[]')) AS m
   ON CONFLICT DO NOTHING;
   -- New entities make the generation's communities stale (removed ones: kb._graph_node_gone).
   IF EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_graph->'nodes', '[]')) n
               WHERE n->>'kind' = 'entity') THEN
-    PERFORM kb._communities_stale(ARRAY[p_index_id]);
+    PERFORM kb._communities_stale(p_kb_id, ARRAY[p_index_id]);
   END IF;
 END
 $$;
-COMMENT ON FUNCTION kb._store_knowledge_graph(bigint, bigint, jsonb, jsonb) IS
+COMMENT ON FUNCTION kb._store_knowledge_graph(integer, bigint, bigint, jsonb, jsonb) IS
   'Internal: writes one document''s knowledge-graph vertices and edges for an index generation, '
   'replacing the ones it had there.';
 
-CREATE OR REPLACE FUNCTION kb._communities_stale(p_index_ids bigint[]) RETURNS void
+CREATE OR REPLACE FUNCTION kb._communities_stale(p_kb_id integer, p_index_ids bigint[])
+RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   INSERT INTO kb.graph_community_state AS s (index_id, kb_id, stale)
   SELECT ix.id, ix.kb_id, true FROM kb.kb_index ix
-   WHERE ix.id = ANY (p_index_ids)
+   WHERE ix.kb_id = p_kb_id AND ix.id = ANY (p_index_ids)
      AND coalesce((ix.indexing_config->'knowledge_graph'->>'communities')::boolean, false)
   ON CONFLICT (index_id, kb_id) DO UPDATE SET stale = true
 $$;
-COMMENT ON FUNCTION kb._communities_stale(bigint[]) IS
+COMMENT ON FUNCTION kb._communities_stale(integer, bigint[]) IS
   'Internal: marks generations whose entities changed, where communities are on.';
 
 CREATE OR REPLACE FUNCTION kb._graph_node_gone() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+DECLARE
+  v_kb integer;
 BEGIN
-  PERFORM kb._communities_stale(ARRAY(SELECT DISTINCT index_id FROM gone WHERE kind = 'entity'));
+  FOR v_kb IN SELECT DISTINCT kb_id FROM gone WHERE kind = 'entity' LOOP
+    PERFORM kb._communities_stale(
+      v_kb, ARRAY(SELECT DISTINCT index_id FROM gone WHERE kb_id = v_kb AND kind = 'entity'));
+  END LOOP;
   RETURN NULL;
 END
 $$;
@@ -82,13 +89,17 @@ COMMENT ON FUNCTION kb._graph_node_gone() IS
 CREATE OR REPLACE TRIGGER graph_node_gone AFTER DELETE ON kb.graph_node
   REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION kb._graph_node_gone();
 
-CREATE OR REPLACE FUNCTION kb._store_chunk_embed(p_index_id bigint, p_document_id bigint,
-                                                 p_artifacts jsonb, p_chunk_ids jsonb)
+CREATE OR REPLACE FUNCTION kb._store_chunk_embed(p_kb_id integer, p_index_id bigint,
+                                                 p_document_id bigint, p_artifacts jsonb,
+                                                 p_chunk_ids jsonb)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
-AS $$ SELECT kb._store_knowledge_graph(p_index_id, p_document_id, p_artifacts->'graph', p_chunk_ids) $$;
-COMMENT ON FUNCTION kb._store_chunk_embed(bigint, bigint, jsonb, jsonb) IS
+AS $$
+  SELECT kb._store_knowledge_graph(p_kb_id, p_index_id, p_document_id, p_artifacts->'graph',
+                                   p_chunk_ids)
+$$;
+COMMENT ON FUNCTION kb._store_chunk_embed(integer, bigint, bigint, jsonb, jsonb) IS
   'Internal: a ChunkEmbed document''s own tables: its knowledge graph, when the KB has one.';
 
 CREATE OR REPLACE FUNCTION kb._graph_target_kinds(p_kind text) RETURNS text[]
@@ -617,11 +628,11 @@ CREATE OR REPLACE VIEW kb.graph_edges WITH (security_invoker = true) AS
   SELECT k.name AS kb, s.graph, s.kind AS source_kind, kb._vertex_label(s) AS source,
          s.path AS source_path, e.kind, coalesce(kb._vertex_label(t), e.target_name) AS target,
          t.kind AS target_kind, t.path AS target_path, e.line, e.confidence, e.resolution,
-         e.label, e.chunk_id
+         e.label, e.chunk_id, k.id AS kb_id
   FROM kb.knowledge_base k
   CROSS JOIN LATERAL kb._graph_edges(k.id, k.active_index_id) e
-  JOIN kb.graph_node s ON s.id = e.source_id
-  LEFT JOIN kb.graph_node t ON t.id = e.target_id;
+  JOIN kb.graph_node s ON s.kb_id = k.id AND s.id = e.source_id
+  LEFT JOIN kb.graph_node t ON t.kb_id = k.id AND t.id = e.target_id;
 COMMENT ON VIEW kb.graph_edges IS
   'Every edge of the serving knowledge graphs, references resolved: filter by kb (and kind) '
   'for one graph. Code edges read: source (qualified name) kind target.';
@@ -870,14 +881,15 @@ $$;
 COMMENT ON FUNCTION kb._communities_index(text, boolean) IS
   'Internal: the serving generation of a KB with knowledge-graph communities, or an error.';
 
-CREATE OR REPLACE FUNCTION kb._py_refresh_communities(index_id bigint, indexing_config jsonb)
+CREATE OR REPLACE FUNCTION kb._py_refresh_communities(kb_id integer, index_id bigint,
+                                                      indexing_config jsonb)
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.refresh_communities(plpy, index_id, indexing_config)
+return sqlapi.refresh_communities(plpy, kb_id, index_id, indexing_config)
 $$;
 
 CREATE OR REPLACE FUNCTION kb.refresh_communities(kb text)
@@ -892,9 +904,9 @@ DECLARE
 BEGIN
   -- One refresh per generation at a time; the others wait for it.
   PERFORM pg_advisory_xact_lock(hashtext('kbpg_communities'), v_ix.id::integer);
-  v_res := kb._py_refresh_communities(v_ix.id, v_ix.indexing_config);
+  v_res := kb._py_refresh_communities(v_ix.kb_id, v_ix.id, v_ix.indexing_config);
   DELETE FROM kb.graph_community c
-   WHERE c.index_id = v_ix.id
+   WHERE c.kb_id = v_ix.kb_id AND c.index_id = v_ix.id
      AND NOT c.signature = ANY (ARRAY(SELECT jsonb_array_elements_text(v_res->'keep')));
   GET DIAGNOSTICS v_removed = ROW_COUNT;
   INSERT INTO kb.graph_community (index_id, kb_id, signature, members, names, relations, title,
@@ -929,17 +941,20 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_name text;
+  v_kb integer;
   v_ix bigint;
 BEGIN
-  FOR v_name, v_ix IN
-    SELECT k.name, s.index_id FROM kb.graph_community_state s
-      JOIN kb.knowledge_base k ON k.active_index_id = s.index_id
+  -- Which generations are stale is a question to every KB's rows; each refresh is one KB's.
+  FOR v_name, v_kb, v_ix IN
+    SELECT k.name, k.id, s.index_id FROM kb.graph_community_state s
+      JOIN kb.knowledge_base k ON k.id = s.kb_id AND k.active_index_id = s.index_id
      WHERE s.stale ORDER BY s.index_id LOOP
     BEGIN
       RETURN QUERY SELECT v_name, r.communities, r.summarized, r.kept, r.removed, NULL::text
                      FROM kb.refresh_communities(v_name) r;
     EXCEPTION WHEN OTHERS THEN
-      UPDATE kb.graph_community_state SET error = left(SQLERRM, 2000) WHERE index_id = v_ix;
+      UPDATE kb.graph_community_state s SET error = left(SQLERRM, 2000)
+       WHERE s.kb_id = v_kb AND s.index_id = v_ix;
       RETURN QUERY SELECT v_name, NULL::integer, NULL::integer, NULL::integer, NULL::integer,
                           SQLERRM;
     END;

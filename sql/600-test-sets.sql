@@ -76,7 +76,8 @@ AS $$
 DECLARE
   v_kb kb.knowledge_base := kb._get_kb_for_write(delete_test_set.kb);
 BEGIN
-  DELETE FROM kb.test_set t WHERE t.id = kb._get_test_set(v_kb, delete_test_set.name);
+  DELETE FROM kb.test_set t
+   WHERE t.kb_id = v_kb.id AND t.id = kb._get_test_set(v_kb, delete_test_set.name);
   RETURN true;
 END
 $$;

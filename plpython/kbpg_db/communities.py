@@ -25,13 +25,15 @@ RELATIONS = """
     SELECT coalesce(ms.other_key, s.qualified_name) AS a, coalesce(mt.other_key, t.qualified_name) AS b,
            s.name AS a_name, t.name AS b_name, e.label, e.chunk_id
       FROM kb.graph_edge e
-      JOIN kb.graph_node s ON s.id = e.source_id
-      JOIN kb.graph_node t ON t.id = e.target_id
+      JOIN kb.graph_node s ON s.kb_id = e.kb_id AND s.id = e.source_id
+      JOIN kb.graph_node t ON t.kb_id = e.kb_id AND t.id = e.target_id
       LEFT JOIN kb.graph_entity_merge ms
-        ON ms.index_id = e.index_id AND ms.key = s.qualified_name AND ms.merged
+        ON ms.kb_id = e.kb_id AND ms.index_id = e.index_id AND ms.key = s.qualified_name
+       AND ms.merged
       LEFT JOIN kb.graph_entity_merge mt
-        ON mt.index_id = e.index_id AND mt.key = t.qualified_name AND mt.merged
-     WHERE e.index_id = $1 AND e.kind = 'relation'
+        ON mt.kb_id = e.kb_id AND mt.index_id = e.index_id AND mt.key = t.qualified_name
+       AND mt.merged
+     WHERE e.kb_id = $1 AND e.index_id = $2 AND e.kind = 'relation'
      ORDER BY e.id
 """
 SUMMARY_SCHEMA = {

@@ -227,8 +227,8 @@ def build_document(
 PREFETCH_MAX_CHUNKS = 4096
 
 
-def prefetch_embeddings(plpy: Any, job_ids: list[int], worker: str) -> int:
-    """Chunk the documents of a worker's claimed jobs and embed all their chunks together
+def prefetch_embeddings(plpy: Any, kb_id: int, job_ids: list[int], worker: str) -> int:
+    """Chunk the documents of a worker's claimed jobs (of one KB) and embed all their chunks together
     (full batches, and for a remote provider up to ``embedding_concurrency`` requests in
     flight), so many small documents cost a few requests instead of one each. The vectors
     wait in this server process for the jobs' own builds (kb.process_job, same connection).
@@ -246,15 +246,16 @@ def prefetch_embeddings(plpy: Any, job_ids: list[int], worker: str) -> int:
             "SELECT d.title, d.content, d.page_starts, "
             "       coalesce(d.source_meta, '{}') || d.metadata AS metadata, "
             "       i.indexing_config || coalesce(d.chunking, '{}') AS config "
-            "FROM kb.job j JOIN kb.document d ON d.id = j.document_id "
-            "JOIN kb.kb_index i ON i.id = j.index_id "
-            "WHERE j.id = ANY ($1) AND j.locked_by = $2 AND j.status = 'running' "
+            "FROM kb.job j JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
+            "JOIN kb.kb_index i ON i.kb_id = j.kb_id AND i.id = j.index_id "
+            "WHERE j.kb_id = $1 AND j.id = ANY ($2) AND j.locked_by = $3 "
+            "  AND j.status = 'running' "
             "  AND i.status IN ('active', 'building') AND d.content IS NOT NULL "
             "  AND (d.source_format IS NULL OR j.steps > 0) "
             "ORDER BY j.id",
-            ["bigint[]", "text"],
+            ["integer", "bigint[]", "text"],
         ),
-        [job_ids, worker],
+        [kb_id, job_ids, worker],
     )
     groups: dict[str, tuple[Any, list[str]]] = {}
     total = 0
@@ -454,7 +455,7 @@ def assemble_context(plpy: Any, rows: Any, budget: int, max_per_doc: int) -> dic
     return context.assemble(_json(rows), budget, max_per_doc).as_row()
 
 
-def refresh_communities(plpy: Any, index_id: int, indexing_config: Any) -> str:
+def refresh_communities(plpy: Any, kb_id: int, index_id: int, indexing_config: Any) -> str:
     """The communities of an index generation's triplet graph, as kb.refresh_communities
     stores them: the signatures to keep, and the new or changed ones with their summary
     (LLM, cached) and its vector."""
@@ -471,16 +472,20 @@ def refresh_communities(plpy: Any, index_id: int, indexing_config: Any) -> str:
         llm.Slots(plpy, llm.endpoint_of(settings), settings.llm_concurrency, wait),
     )
     rows = [
-        dict(r) for r in plpy.execute(plpy.prepare(communities.RELATIONS, ["bigint"]), [index_id])
+        dict(r)
+        for r in plpy.execute(
+            plpy.prepare(communities.RELATIONS, ["integer", "bigint"]), [kb_id, index_id]
+        )
     ]
     found = communities.communities(rows)
     have = {
         r["signature"]
         for r in plpy.execute(
             plpy.prepare(
-                "SELECT signature FROM kb.graph_community WHERE index_id = $1", ["bigint"]
+                "SELECT signature FROM kb.graph_community WHERE kb_id = $1 AND index_id = $2",
+                ["integer", "bigint"],
             ),
-            [index_id],
+            [kb_id, index_id],
         )
     }
     new = [c for c in found if c.signature not in have]
@@ -612,7 +617,7 @@ def file_format(file_name: str, head: bytes | None) -> str | None:
     return format_of(file_name, head)
 
 
-def convert_document(plpy: Any, document_id: int) -> str | None:
+def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
     """Make a file or URL document's text: convert its stored original (or fetch the URL
     first) in a limited child process, take out its media, and store the text. Returns
     the error that stops the document, or None. A document whose original was not kept
@@ -625,11 +630,12 @@ def convert_document(plpy: Any, document_id: int) -> str | None:
         plpy.prepare(
             "SELECT d.kb_id, d.title, d.source_uri, d.source_format, d.content IS NOT NULL AS "
             "has_text, d.content_hash, d.source_meta, f.file_name, f.data, f.keep "
-            "FROM kb.document d LEFT JOIN kb.document_file f ON f.document_id = d.id "
-            "WHERE d.id = $1",
-            ["bigint"],
+            "FROM kb.document d LEFT JOIN kb.document_file f "
+            "ON f.kb_id = d.kb_id AND f.document_id = d.id "
+            "WHERE d.kb_id = $1 AND d.id = $2",
+            ["integer", "bigint"],
         ),
-        [document_id],
+        [kb_id, document_id],
     )
     if not doc:
         return None
@@ -663,15 +669,15 @@ def convert_document(plpy: Any, document_id: int) -> str | None:
     # Only the version converted: a newer upload meanwhile has another content_hash.
     plpy.execute(
         plpy.prepare(
-            "UPDATE kb.document SET content = $2, page_starts = $3, source_meta = $4::jsonb "
-            "WHERE id = $1 AND content_hash = $5",
-            ["bigint", "text", "integer[]", "text", "text"],
+            "UPDATE kb.document SET content = $3, page_starts = $4, source_meta = $5::jsonb "
+            "WHERE kb_id = $1 AND id = $2 AND content_hash = $6",
+            ["integer", "bigint", "text", "integer[]", "text", "text"],
         ),
-        [document_id, text, out.page_starts, json.dumps(meta), d["content_hash"]],
+        [kb_id, document_id, text, out.page_starts, json.dumps(meta), d["content_hash"]],
     )
     plpy.execute(
         plpy.prepare("SELECT kb._store_media($1, $2, $3::jsonb)", ["integer", "bigint", "text"]),
-        [d["kb_id"], document_id, json.dumps(media_json(found))],
+        [kb_id, document_id, json.dumps(media_json(found))],
     )
     if out.file is not None:  # a fetched page or file: kept, so a reindex needs no fetch
         plpy.execute(
@@ -679,11 +685,14 @@ def convert_document(plpy: Any, document_id: int) -> str | None:
                 "SELECT kb._keep_file($1, $2, $3, encode(sha256($3), 'hex'), $4, $4)",
                 ["integer", "bigint", "bytea", "text"],
             ),
-            [d["kb_id"], document_id, out.file, out.file_name],
+            [kb_id, document_id, out.file, out.file_name],
         )
     elif d["data"] is not None and not d["keep"]:
         plpy.execute(
-            plpy.prepare("DELETE FROM kb.document_file WHERE document_id = $1", ["bigint"]),
-            [document_id],
+            plpy.prepare(
+                "DELETE FROM kb.document_file WHERE kb_id = $1 AND document_id = $2",
+                ["integer", "bigint"],
+            ),
+            [kb_id, document_id],
         )
     return None

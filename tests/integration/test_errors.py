@@ -344,7 +344,7 @@ CASES = [
     ),
     Case(
         "prefetch_embeddings",
-        "SELECT kb.prefetch_embeddings(ARRAY[1], ' ')",
+        "SELECT kb.prefetch_embeddings(1, ARRAY[1], ' ')",
         "22023",
         "worker must name the worker that claimed the jobs",
     ),

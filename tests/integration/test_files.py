@@ -214,18 +214,19 @@ def test_only_the_server_configuration_raises_limits_or_moves_python(
     any user can make for itself) may lower its limits but not raise them, and may not
     point PL/Python at other code."""
     client.create_knowledge_base("lim")
-    doc = conn.execute(
-        "SELECT document_id FROM kb.add_file('lim', 'a.csv', 'a,b\n1,2'::bytea)"
-    ).fetchone()[0]
+    kb_id, doc = conn.execute(
+        "SELECT k.id, f.document_id FROM kb.add_file('lim', 'a.csv', 'a,b\n1,2'::bytea) f, "
+        "kb.knowledge_base k WHERE k.name = 'lim'"
+    ).fetchone()
     conn.execute("SET kb.convert_memory_mb = '100000'")
     with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
-        conn.execute("SELECT kb._convert_document(%s)", (doc,))
+        conn.execute("SELECT kb._convert_document(%s, %s)", (kb_id, doc))
     assert "kb.convert_memory_mb = 100000 is above the server's 2048" in str(err.value)
     assert "postgresql.conf" in err.value.diag.message_hint
     conn.execute("SET kb.convert_memory_mb = '512'")  # lower: fine
-    assert conn.execute("SELECT kb._convert_document(%s)", (doc,)).fetchone() == (None,)
+    assert conn.execute("SELECT kb._convert_document(%s, %s)", (kb_id, doc)).fetchone() == (None,)
     conn.execute("SET kb.max_document_bytes = '100000000'")  # the text's cap: any session
-    assert conn.execute("SELECT kb._convert_document(%s)", (doc,)).fetchone() == (None,)
+    assert conn.execute("SELECT kb._convert_document(%s, %s)", (kb_id, doc)).fetchone() == (None,)
     conn.execute("RESET kb.max_document_bytes")
     run_worker(dsn)
     assert _status(conn, "lim")["a.csv"]["status"] == "ready"

@@ -199,23 +199,28 @@ def test_jobs_claimed_together_keep_their_leases(
     remote_kb(client, conn, provider, "lease")
     for i in range(3):
         client.add_text("lease", f"d{i}", f"document {i}")
-    ids = [r[0] for r in conn.execute("SELECT id FROM kb.claim_jobs('w1', 3, 2)").fetchall()]
-    assert len(ids) == 3
+    rows = conn.execute("SELECT kb_id, id FROM kb.claim_jobs('w1', 3, 2)").fetchall()
+    assert len(rows) == 3
+    kb_id, ids = rows[0][0], [r[1] for r in rows]
     conn.execute("SET kb.fake_key = 'test-key'")
-    assert conn.execute("SELECT kb.prefetch_embeddings(%s, 'w2')", (ids,)).fetchone()[0] == 0
+    prefetch = "SELECT kb.prefetch_embeddings(%s, %s, %s)"
+    assert conn.execute(prefetch, (kb_id, ids, "w2")).fetchone()[0] == 0
+    assert conn.execute(prefetch, (kb_id + 1, ids, "w1")).fetchone()[0] == 0  # another KB's
     assert provider.embedding_calls == 0
-    assert conn.execute("SELECT kb.prefetch_embeddings(%s, 'w1')", (ids,)).fetchone()[0] == 3
+    assert conn.execute(prefetch, (kb_id, ids, "w1")).fetchone()[0] == 3
     assert provider.embedding_calls == 1
     time.sleep(1.2)
-    assert conn.execute("SELECT kb.renew_leases(%s, 'w1')", (ids,)).fetchone()[0] == 3
-    assert conn.execute("SELECT kb.renew_leases(%s, 'w2')", (ids,)).fetchone()[0] == 0
+    renew = "SELECT kb.renew_leases(%s, %s, %s)"
+    assert conn.execute(renew, (kb_id, ids, "w1")).fetchone()[0] == 3
+    assert conn.execute(renew, (kb_id, ids, "w2")).fetchone()[0] == 0
+    assert conn.execute(renew, (kb_id + 1, ids, "w1")).fetchone()[0] == 0
     time.sleep(1.2)  # past the first lease, within the renewed one
     assert conn.execute("SELECT count(*) FROM kb.claim_jobs('w2', 3, 2)").fetchone()[0] == 0
     # The vectors embedded ahead are this connection's: its jobs use them, no new request.
     for job_id in ids:
-        assert conn.execute("SELECT kb.process_job(%s, 'w1')::text", (job_id,)).fetchone()[0] == (
-            "done"
-        )
+        assert conn.execute(
+            "SELECT kb.process_job(%s, %s, 'w1')::text", (kb_id, job_id)
+        ).fetchone()[0] == "done"
     assert provider.embedding_calls == 1
 
 
@@ -305,6 +310,47 @@ def test_claims_never_overlap(client: Client, conn: psycopg.Connection, dsn: str
         t.join()
     assert not set(claimed[0]) & set(claimed[1])
     assert len(claimed[0]) + len(claimed[1]) == 20
+
+
+def test_a_claim_takes_one_knowledge_base_s_jobs(
+    client: Client, conn: psycopg.Connection, dsn: str
+) -> None:
+    """A claim's jobs are one KB's (each statement of a job reads one KB's rows): the KB
+    whose job has waited longest first; when another worker holds all of that KB's due
+    jobs, the next KB's."""
+    for name in ("older", "newer"):
+        client.create_knowledge_base(name)
+    for i in range(3):
+        client.add_text("older", f"d{i}", f"text {i}")
+    for i in range(2):
+        client.add_text("newer", f"d{i}", f"text {i}")
+    kb_of = dict(conn.execute("SELECT name, id FROM kb.knowledge_base").fetchall())
+    with psycopg.connect(dsn) as other:
+        with other.transaction(force_rollback=True):
+            first = other.execute("SELECT kb_id, id FROM kb.claim_jobs('w1', 2)").fetchall()
+            assert {r[0] for r in first} == {kb_of["older"]} and len(first) == 2
+            # w1's claim is not committed: its rows stay locked, and the older KB's third
+            # job is still due, so that KB is taken again first.
+            second = conn.execute("SELECT kb_id FROM kb.claim_jobs('w2', 5)").fetchall()
+            assert [r[0] for r in second] == [kb_of["older"]]
+            # Every due job of the older KB is held now: the next claim takes the newer KB's.
+            third = conn.execute("SELECT kb_id FROM kb.claim_jobs('w3', 5)").fetchall()
+            assert [r[0] for r in third] == [kb_of["newer"]] * 2
+    # w1's claim rolled back: its two jobs are due again.
+    assert conn.execute("SELECT count(*) FROM kb.claim_jobs('w4', 5)").fetchone()[0] == 2
+    # A job is addressed by its KB and its id: the wrong KB finds nothing.
+    job = conn.execute(
+        "SELECT kb_id, id FROM kb.job WHERE locked_by = 'w3' ORDER BY id LIMIT 1"
+    ).fetchone()
+    wrong = kb_of["older"] if job[0] == kb_of["newer"] else kb_of["newer"]
+    assert conn.execute("SELECT kb.process_job(%s, %s, 'w3')::text", (wrong, job[1])).fetchone()[
+        0
+    ] == "lost"
+    assert conn.execute("SELECT kb.release_job(%s, %s, 'w3')", (wrong, job[1])).fetchone()[0] is None
+    assert conn.execute("SELECT kb.fail_job(%s, %s, 'w3', 'x')", (wrong, job[1])).fetchone()[
+        0
+    ] == "lost"
+    assert conn.execute("SELECT kb.release_job(%s, %s, 'w3')", job).fetchone()[0] is True
 
 
 def test_four_workers_index_each_document_once(
