@@ -176,25 +176,39 @@ def call_with_retries(fn: Any, max_retries: int, what: str) -> Any:
     raise AssertionError("unreachable")
 
 
-def embed_remote(cfg: IndexingConfig, texts: list[str], api_key: str | None) -> Embeddings:
+def embed_remote(
+    cfg: IndexingConfig, texts: list[str], api_key: str | None, keep_going: bool = False
+) -> Embeddings:
     """Embed through litellm, batched by token budget, with retries; up to
-    ``embedding_concurrency`` batches in flight at once."""
+    ``embedding_concurrency`` batches in flight at once. ``keep_going``: a batch that
+    fails leaves its texts' vectors empty instead of failing the call (the others' are
+    kept; tokens and cost are the successful batches')."""
     litellm = import_litellm()
     vectors: list[list[float]] = [[] for _ in texts]
     groups = _batches(texts, cfg.batch_tokens, cfg.batch_size)
+
+    def one(group: list[int]) -> tuple[list[list[float]], int, float | None] | None:
+        try:
+            return _embed_batch(litellm, cfg, texts, group, api_key)
+        except RuntimeError:
+            if keep_going:
+                return None
+            raise
+
     workers = min(cfg.embedding_concurrency, len(groups))
     if workers > 1:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            parts = list(
-                pool.map(lambda g: _embed_batch(litellm, cfg, texts, g, api_key), groups)
-            )
+            parts = list(pool.map(one, groups))
     else:
-        parts = [_embed_batch(litellm, cfg, texts, g, api_key) for g in groups]
+        parts = [one(g) for g in groups]
     total_tokens = 0
     cost: float | None = 0.0
-    for group, (got, used, spent) in zip(groups, parts, strict=True):
+    for group, part in zip(groups, parts, strict=True):
+        if part is None:
+            continue
+        got, used, spent = part
         for i, vec in zip(group, got, strict=True):
             vectors[i] = vec
         total_tokens += used
@@ -245,20 +259,36 @@ def model_key(cfg: IndexingConfig) -> str:
 
 def embed_ahead(
     cfg: IndexingConfig, texts: list[str], token_counts: list[int], api_key: str | None
-) -> Embeddings:
-    """Embed the chunks of several documents together and keep the vectors for their jobs.
+) -> int:
+    """Embed the chunks of several documents together and keep the vectors for their jobs;
+    returns how many were kept.
 
-    Tokens and cost are the provider's for the whole call, shared out by each text's
-    token count, so the documents' figures add up to what was spent.
+    A remote request that fails loses only its own texts (their jobs embed them and report
+    the error); the other requests' vectors are kept. Tokens and cost are the provider's
+    for the requests that succeeded, shared out by each text's token count, so the
+    documents' figures add up to what was spent.
     """
-    result = embed(cfg, texts, api_key, token_counts)
-    total = sum(token_counts) or 1
+    if cfg.embedding_model in (LOCAL_MODEL, MULTILINGUAL_MODEL):
+        result = embed(cfg, texts, api_key, token_counts)
+    else:
+        result = embed_remote(cfg, texts, api_key, keep_going=True)
+    kept = [i for i, vec in enumerate(result.vectors) if vec]
+    for i in kept:
+        if len(result.vectors[i]) != cfg.dimensions:
+            raise ValueError(
+                f"embedding model {cfg.embedding_model} returned {len(result.vectors[i])}-"
+                f"dimension vectors but the knowledge base stores {cfg.dimensions}-dimension "
+                "vectors"
+            )
+    total = sum(token_counts[i] for i in kept) or 1
     key = model_key(cfg)
-    for text, n, vec in zip(texts, token_counts, result.vectors, strict=True):
-        share = n / total
+    for i in kept:
+        share = token_counts[i] / total
         cost = None if result.cost_usd is None else result.cost_usd * share
-        _ahead.setdefault((key, text), []).append((vec, result.tokens * share, cost))
-    return result
+        _ahead.setdefault((key, texts[i]), []).append(
+            (result.vectors[i], result.tokens * share, cost)
+        )
+    return len(kept)
 
 
 def clear_ahead() -> None:

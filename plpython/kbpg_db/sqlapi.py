@@ -279,10 +279,9 @@ def prefetch_embeddings(plpy: Any, kb_id: int, job_ids: list[int], worker: str) 
             continue
         key = api_key(plpy, cfg.api_key_name or _default_key_name(cfg.embedding_model))
         try:
-            embedding.embed_ahead(cfg, texts, [tokens.count(t) for t in texts], key)
+            done += embedding.embed_ahead(cfg, texts, [tokens.count(t) for t in texts], key)
         except (RuntimeError, ValueError):
             continue  # each job embeds on its own and reports the error
-        done += len(texts)
     return done
 
 

@@ -229,17 +229,22 @@ def test_batched_documents_go_out_several_requests_at_once(
 ) -> None:
     """Documents embedded together still split into batch_size requests, up to
     embedding_concurrency of them in flight; a poisoned document in the batch fails
-    alone (its own job reports it), the others are indexed."""
+    alone (its own job reports it), the others are indexed. The request that carried it
+    loses only its own texts: the other requests' vectors serve their jobs."""
     remote_kb(client, conn, provider, "fan", batch_size=3, embedding_concurrency=3)
     conn.execute("ALTER DATABASE " + conn.info.dbname + " SET kb.max_attempts = 1")
     client.conn.execute("SET kb.max_attempts = 1")
     provider.embed_delay = 0.2
     for i in range(12):
         client.add_text("fan", f"d{i}", f"document {i} text")
-    client.add_text("fan", "bad", "this one is POISON")
+        if i == 5:  # the third request: bad, d6, d7
+            client.add_text("fan", "bad", "this one is POISON")
     stats = run_worker(conn.info.dsn, batch=20)
     assert stats.done == 12 and stats.failed == 1
     assert provider.embed_max_in_flight == 3
+    # Each good chunk was embedded once: 9 ahead, d6 and d7 by their own jobs.
+    assert len(provider.embedded_texts) == 12 == len(set(provider.embedded_texts))
+    assert provider.embedding_calls == 4 + 2
     docs = {d["title"]: d for d in client.document_status("fan")}
     assert docs["bad"]["status"] == "error" and "poison" in docs["bad"]["error"]
     assert all(docs[f"d{i}"]["status"] == "ready" for i in range(12))
