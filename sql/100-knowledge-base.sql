@@ -279,7 +279,8 @@ AS $$
          count(d.id), count(d.id) FILTER (WHERE d.status = 'ready'),
          count(d.id) FILTER (WHERE d.status IN ('pending', 'indexing')),
          count(d.id) FILTER (WHERE d.status = 'error'),
-         coalesce((SELECT i.n_chunks FROM kb.kb_index i WHERE i.id = k.active_index_id), 0),
+         coalesce((SELECT i.n_chunks FROM kb.kb_index i
+                    WHERE i.kb_id = k.id AND i.id = k.active_index_id), 0),
          k.created_at, kb._team_name(k.team_id), k.visibility, k.created_by,
          CASE WHEN k.access = 'owner' THEN 'read_write' ELSE 'read_only' END
   FROM visible k LEFT JOIN kb.document d ON d.kb_id = k.id
