@@ -396,6 +396,7 @@ def tree_search(
             int(cfg["top_k"]),
             int(cfg["max_documents"]),
             int(cfg["toc_token_budget"]),
+            (float(cfg["bm25_k1"]), float(cfg["bm25_b"])),
         )
     except llm.LlmError as exc:
         fail(plpy, f"tree_search failed: {exc}", EXTERNAL_FAILURE)

@@ -186,14 +186,17 @@ def toc_text(doc: Doc) -> str:
     return "\n".join(lines)
 
 
-def _bm25_candidates(plpy: Any, gen: Generation, query: str, docs: list[Doc]) -> set[str]:
-    """Node gids BM25 finds for the query, with their ancestors."""
+def _bm25_candidates(
+    plpy: Any, gen: Generation, query: str, docs: list[Doc], bm25: tuple[float, float]
+) -> set[str]:
+    """Node gids BM25 (with the search's k1 and b) finds for the query, with their
+    ancestors."""
     rows = plpy.execute(
         plpy.prepare(
-            "SELECT chunk_id FROM kb._bm25_search($1, $2, $3, $4, 1.2, 0.75, NULL)",
-            ["integer", "bigint", "text", "integer"],
+            "SELECT chunk_id FROM kb._bm25_search($1, $2, $3, $4, $5, $6, NULL)",
+            ["integer", "bigint", "text", "integer", "float8", "float8"],
         ),
-        [*gen, query, PRESELECT_NODES],
+        [*gen, query, PRESELECT_NODES, *bm25],
     )
     hit_chunks = {int(r["chunk_id"]) for r in rows}
     keep: set[str] = set()
@@ -252,7 +255,14 @@ def _level_text(
 
 
 def _descend(
-    plpy: Any, llm: Llm, gen: Generation, query: str, docs: list[Doc], top_k: int, budget: int
+    plpy: Any,
+    llm: Llm,
+    gen: Generation,
+    query: str,
+    docs: list[Doc],
+    top_k: int,
+    budget: int,
+    bm25: tuple[float, float],
 ) -> tuple[list[tuple[Node, str]], int, list[dict[str, Any]]]:
     """Phase 2 level by level (see the module's docstring). Returns the hits in the
     model's order (an opened section's picks take its place), dropped ids and rounds."""
@@ -269,16 +279,16 @@ def _descend(
     ranked: list[tuple[Node, str]] = []
     opened: set[str] = set()  # the sections whose sub-sections the current round shows
     rounds: list[dict[str, Any]] = []
-    bm25: set[str] | None = None
+    found: set[str] | None = None
     dropped = 0
     while frontier and len(rounds) < MAX_ROUNDS:
         shown = frontier
         listing = _level_text(docs, shown, parent_of, kids)
         info: dict[str, Any] = {}
         if tokens.count(listing) > budget:
-            if bm25 is None:
-                bm25 = _bm25_candidates(plpy, gen, query, docs)
-            shown = [n for n in frontier if n.gid in bm25] or frontier
+            if found is None:
+                found = _bm25_candidates(plpy, gen, query, docs, bm25)
+            shown = [n for n in frontier if n.gid in found] or frontier
             while (
                 len(shown) > 1 and tokens.count(_level_text(docs, shown, parent_of, kids)) > budget
             ):
@@ -312,7 +322,9 @@ def search(
     top_k: int,
     max_documents: int,
     budget: int,
+    bm25: tuple[float, float],
 ) -> Outcome:
+    """``bm25``: the search's k1 and b, for preselecting what a ToC over budget shows."""
     docs = load(plpy, gen)
     notes: list[str] = []
     phases: dict[str, Any] = {"documents": len(docs)}
@@ -323,7 +335,7 @@ def search(
     if len(docs) > 1:
         listing = _listing(docs)
         if tokens.count(listing) > budget:
-            hits_1 = _bm25_candidates(plpy, gen, query, docs)
+            hits_1 = _bm25_candidates(plpy, gen, query, docs, bm25)
             with_hits = [d for d in docs if any(n.gid in hits_1 for n in d.nodes)]
             docs_shown = with_hits[: max(max_documents * 4, 1)] or docs[: max_documents * 4]
             listing = _listing(docs_shown)
@@ -361,7 +373,7 @@ def search(
         dropped = len(set(ids)) - len(hits)
         phases["phase2"] = {"chose": [n.gid for n, _ in hits], "reasoning": why}
     else:
-        hits, dropped, rounds = _descend(plpy, llm, gen, query, picked, top_k, budget)
+        hits, dropped, rounds = _descend(plpy, llm, gen, query, picked, top_k, budget, bm25)
         phases["phase2"] = {"chose": [n.gid for n, _ in hits], "rounds": rounds}
         preselected = sum(r.get("preselected", 0) for r in rounds)
         notes.append(

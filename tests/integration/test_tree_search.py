@@ -152,6 +152,42 @@ def test_toc_over_budget_is_preselected_with_bm25(
     assert "BM25-preselected" in (hits[0].note or "")
 
 
+def test_preselection_uses_the_search_s_bm25_parameters(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """What BM25 preselects for a ToC over budget follows the search's k1 and b: with full
+    length normalisation (b = 1) the short sections that name the word once rank first,
+    without it (b = 0) the long ones that repeat it."""
+    allow_fake_key(conn)
+    client.create_knowledge_base(
+        "norm", {"strategy": "page_index", "extra": llm_extra(provider, if_add_node_summary="no")}
+    )
+    filler = " ".join(f"w{j}" for j in range(60))
+    text = "".join(f"# Note {i}\nGlacier.\n" for i in range(30))
+    text += "".join(f"# Essay {i}\nGlacier glacier glacier {filler}.\n" for i in range(30))
+    text += "".join(f"# Topic {i}\nGeneral remarks.\n" for i in range(20))
+    client.add_text("norm", "atlas", text)
+    run_worker(conn.info.dsn)
+
+    def chat(body: dict[str, Any]) -> str:  # picks the first section it is shown
+        ids = re.findall(r"\[(d0:\d{4})\]", last_user(body))
+        return json.dumps({"node_ids": ids[:1], "reasoning": "the first"})
+
+    provider.chat = chat
+
+    def shown(b: float) -> tuple[int, int]:
+        provider.chat_calls.clear()
+        hits = client.search("norm", "glacier", toc_token_budget=700, b=b)
+        assert "BM25-preselected" in (hits[0].note or "")
+        prompt = provider.prompts()[-1]
+        return len(re.findall(r"\] Note \d+", prompt)), len(re.findall(r"\] Essay \d+", prompt))
+
+    notes, essays = shown(1.0)
+    assert notes == 30 and essays == 10, (notes, essays)  # the 40 preselected, all shown
+    notes, essays = shown(0.0)
+    assert notes == 10 and essays == 30, (notes, essays)
+
+
 def test_toc_over_budget_descends_level_by_level(
     client: Client, conn: psycopg.Connection, provider: FakeProvider
 ) -> None:
