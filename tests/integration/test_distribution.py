@@ -43,7 +43,8 @@ WRITE_ENTRY_POINTS = (
     "add_document", "add_file", "add_url", "delete_document", "reindex_document",
     "set_document_chunking", "set_document_usage_mode", "list_documents",
     "reindex_knowledge_base", "claim_jobs", "process_job", "fail_job", "release_job",
-    "renew_leases", "prefetch_embeddings", "refresh_communities", "refresh_stale_communities",
+    "renew_leases", "prefetch_embeddings", "queue_status", "refresh_communities",
+    "refresh_stale_communities",
     "create_test_set", "add_test_query", "delete_test_set", "preview_chunks",
     "_chunk_after_insert", "_chunk_after_delete", "_graph_node_gone",
     "_document_metadata_sync", "_document_chunking_check",
@@ -53,6 +54,7 @@ WRITE_ENTRY_POINTS = (
 # or lock is one KB's.
 SPANS_KBS = {
     "claim_jobs": "which KBs have due jobs; each claim then locks one KB's",
+    "queue_status": "the queue of every KB, counted (what kbpg status shows)",
     "refresh_stale_communities": "which KBs' communities are stale; each refresh is one KB's",
 }
 # Columns of the reference tables that hold a KB's id: equal to a per-KB table's kb_id,
