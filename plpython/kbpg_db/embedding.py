@@ -273,13 +273,7 @@ def embed_ahead(
     else:
         result = embed_remote(cfg, texts, api_key, keep_going=True)
     kept = [i for i, vec in enumerate(result.vectors) if vec]
-    for i in kept:
-        if len(result.vectors[i]) != cfg.dimensions:
-            raise ValueError(
-                f"embedding model {cfg.embedding_model} returned {len(result.vectors[i])}-"
-                f"dimension vectors but the knowledge base stores {cfg.dimensions}-dimension "
-                "vectors"
-            )
+    check_dimensions(cfg, [result.vectors[i] for i in kept])
     total = sum(token_counts[i] for i in kept) or 1
     key = model_key(cfg)
     for i in kept:
@@ -343,10 +337,15 @@ def embed(
         result = Embeddings(vectors, sum(token_counts or []), 0.0, 1 if texts else 0)
     else:
         result = embed_remote(cfg, texts, api_key)
-    for vec in result.vectors:
+    check_dimensions(cfg, result.vectors)
+    return result
+
+
+def check_dimensions(cfg: IndexingConfig, vectors: list[list[float]]) -> None:
+    """Every vector has the KB's dimension, or a ValueError that says both."""
+    for vec in vectors:
         if len(vec) != cfg.dimensions:
             raise ValueError(
                 f"embedding model {cfg.embedding_model} returned {len(vec)}-dimension vectors "
                 f"but the knowledge base stores {cfg.dimensions}-dimension vectors"
             )
-    return result
