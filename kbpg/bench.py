@@ -228,25 +228,36 @@ def bench_bm25(dsn: str, quick: bool) -> dict[str, Any]:
     import psycopg
 
     n = 20_000 if quick else 100_000
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
+        dsn, autocommit=True
+    ) as in_sql:
         ix = build_synthetic_kb(conn, f"bench-syn2-{n}", n)
+        in_sql.execute("SET kb.bm25_cache_mb = 0")  # the SQL scorer (MaxScore)
         queries = bench_queries(100 if quick else 300)
         kbpg_t, base_t, matches = [], [], []
         full_t: list[float] = []
         depth_t: list[float] = []
+        sql_t: list[float] = []
+        sql_depth_t: list[float] = []
         cut: list[float] = []
-        for q in queries * 2:  # first pass warms the cache
+        for q in queries * 2:  # the first pass fills the caches (and the posting cache)
             t0 = time.perf_counter()
-            with conn.transaction():
-                conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 10)", (ix, q)).fetchall()
-                used = scalar(conn, "SELECT current_setting('kb.bm25_essential', true)")
+            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 10)", (ix, q)).fetchall()
             kbpg_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 100)", (ix, q)).fetchall()
+            depth_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with in_sql.transaction():
+                in_sql.execute("SELECT * FROM kb.bm25_search(%s, %s, 10)", (ix, q)).fetchall()
+                used = scalar(in_sql, "SELECT current_setting('kb.bm25_essential', true)")
+            sql_t.append(time.perf_counter() - t0)
             if used and "/" in used:
                 e, m = (int(x) for x in used.split("/"))
                 cut.append(1 - e / m if m else 0.0)
             t0 = time.perf_counter()
-            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 100)", (ix, q)).fetchall()
-            depth_t.append(time.perf_counter() - t0)
+            in_sql.execute("SELECT * FROM kb.bm25_search(%s, %s, 100)", (ix, q)).fetchall()
+            sql_depth_t.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             conn.execute("SELECT * FROM kb._bm25_exhaustive(%s, %s, 10)", (ix, q)).fetchall()
             full_t.append(time.perf_counter() - t0)
@@ -268,19 +279,24 @@ def bench_bm25(dsn: str, quick: bool) -> dict[str, Any]:
                     (ix, q),
                 )
             )
+        cache = conn.execute("SELECT * FROM kb.bm25_cache_stats()").fetchone() or ()
     k, b = _lat(kbpg_t[len(queries) :]), _lat(base_t[len(queries) :])
     return {
         "workload": f"{n} chunks of 3 recombined SciFact sentences each; {len(queries)} SciFact "
-        "queries (OR of their lexemes), top 10; warm cache",
+        "queries (OR of their lexemes), top 10; second pass (warm caches)",
         "kbpg_bm25": k,
         "kbpg_bm25_top100": _lat(depth_t[len(queries) :]),
+        "kbpg_bm25_first_pass": _lat(kbpg_t[: len(queries)]),
+        "posting_cache": dict(zip(("terms", "megabytes", "hits", "misses"), cache, strict=False)),
+        "sql_scorer": _lat(sql_t[len(queries) :]),
+        "sql_scorer_top100": _lat(sql_depth_t[len(queries) :]),
         "exhaustive_bm25": _lat(full_t[len(queries) :]),
-        "terms_pruned_mean": round(statistics.mean(cut), 3) if cut else None,
+        "sql_terms_pruned_mean": round(statistics.mean(cut), 3) if cut else None,
         "ts_rank_cd": b,
         "median_match_set": int(statistics.median(matches)),
         "ratio_p50": round(k["p50_ms"] / b["p50_ms"], 3),
         "ratio_p95": round(k["p95_ms"] / b["p95_ms"], 3),
-        "target": "ratio <= 1.0",
+        "target": "ratio <= 1.0; p50 <= 5 ms at 100k chunks",
     }
 
 
@@ -308,12 +324,13 @@ def bench_hybrid(dsn: str, quick: bool, sizes: list[int]) -> dict[str, Any]:
             build_synthetic_kb(conn, f"bench-syn2-{n}", n)
         conn = _fresh_search_conn(dsn)
         times = []
-        for q in queries:
+        for q in queries * 2:  # a new backend: the first pass fills its posting cache
             t0 = time.perf_counter()
             conn.execute("SELECT * FROM kb.search(%s, %s)", (f"bench-syn2-{n}", q)).fetchall()
             times.append(time.perf_counter() - t0)
         conn.close()
-        out[str(n)] = _lat(times[5:])
+        out[str(n)] = _lat(times[len(queries) :])
+        out[f"{n}_first_pass"] = _lat(times[5 : len(queries)])
     out["targets"] = {"100000": "p50 <= 15 ms, p95 <= 40 ms", "1000000": "p50 <= 60 ms"}
     return out
 
@@ -412,6 +429,13 @@ def _search_latency(dsn: str, kb: str, queries: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "chunks_in_database": scalar(conn, "SELECT sum(n_chunks)::bigint FROM kb.kb_index"),
     }
+    # A new backend: the first pass also fills its BM25 posting cache.
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        conn.execute("SELECT * FROM kb.search(%s, %s)", (kb, q)).fetchall()
+        times.append(time.perf_counter() - t0)
+    out["hybrid_first_pass"] = _lat(times[5:])
     for method in ("hybrid", "full_text", "vector"):
         times = []
         for q in queries:

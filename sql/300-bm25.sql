@@ -192,6 +192,53 @@ $$;
 COMMENT ON FUNCTION kb.bm25_score(bigint, tsvector, text, double precision, double precision) IS
   'BM25 score of one tsvector for a query against an index generation''s corpus statistics.';
 
+CREATE OR REPLACE FUNCTION kb._bm25_cache_mb() RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_raw text := coalesce(nullif(current_setting('kb.bm25_cache_mb', true), ''), '256');
+BEGIN
+  IF v_raw !~ '^\s*\d{1,7}\s*$' THEN
+    RAISE EXCEPTION 'kb.bm25_cache_mb must be a whole number of megabytes (0 to 1000000), not "%"', v_raw
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = '0 scores BM25 in SQL only; the default is 256';
+  END IF;
+  RETURN v_raw::integer;
+END
+$$;
+COMMENT ON FUNCTION kb._bm25_cache_mb() IS
+  'Internal: the setting kb.bm25_cache_mb (default 256): how many megabytes of postings a '
+  'backend may keep for BM25 scored in memory; 0 scores every query in SQL.';
+
+CREATE OR REPLACE FUNCTION kb._py_bm25_search(kb_id integer, index_id bigint, query text,
+    top_k integer, k1 double precision, b double precision, filter jsonb, cache_mb integer)
+RETURNS TABLE (chunk_id bigint, score double precision)
+LANGUAGE plpython3u STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.bm25_search(plpy, kb_id, index_id, query, top_k, k1, b, filter, cache_mb)
+$$;
+COMMENT ON FUNCTION kb._py_bm25_search(integer, bigint, text, integer, double precision, double precision, jsonb, integer) IS
+  'Internal: kb._bm25_search scored in memory (plpython/kbpg_db/bm25.py), each term''s '
+  'postings kept per backend while its kb.term_stat row is the same row version.';
+
+CREATE OR REPLACE FUNCTION kb.bm25_cache_stats(OUT terms integer, OUT megabytes double precision,
+    OUT hits bigint, OUT misses bigint, OUT budget_mb integer)
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.bm25_cache_stats(plpy)
+$$;
+COMMENT ON FUNCTION kb.bm25_cache_stats() IS
+  'This backend''s BM25 posting cache: terms held, their size, lookups answered from it '
+  '(hits) and read from kb.posting (misses, a term new or changed since), and the budget '
+  '(setting kb.bm25_cache_mb).';
+
 CREATE OR REPLACE FUNCTION kb._bm25_search(kb_id integer, index_id bigint, query text,
                                            top_k integer, k1 double precision,
                                            b double precision, filter jsonb)
@@ -223,8 +270,17 @@ DECLARE
   v_ids    bigint[];
   v_scores double precision[];
   v_theta  double precision;
+  v_cache_mb integer;
 BEGIN
   IF top_k IS NULL OR top_k < 1 THEN
+    RETURN;
+  END IF;
+  -- Scored in memory where the backend may keep postings (kbpg_db/bm25.py): the same
+  -- chunks and scores, the postings read once per backend instead of once per query.
+  v_cache_mb := kb._bm25_cache_mb();
+  IF v_cache_mb > 0 THEN
+    RETURN QUERY SELECT s.chunk_id, s.score
+      FROM kb._py_bm25_search(kb_id, index_id, query, top_k, k1, b, filter, v_cache_mb) s;
     RETURN;
   END IF;
   SELECT i.n_chunks, i.total_len::double precision / greatest(i.n_chunks, 1), i.indexing_config

@@ -429,6 +429,35 @@ def tree_search(
     return rows
 
 
+def bm25_search(
+    plpy: Any,
+    kb_id: int,
+    index_id: int,
+    query: str,
+    top_k: int,
+    k1: float,
+    b: float,
+    filter_json: str | None,
+    cache_mb: int,
+) -> list[tuple[int, float]]:
+    from kbpg_db import bm25
+
+    return bm25.search(plpy, kb_id, index_id, query, top_k, k1, b, filter_json, cache_mb)
+
+
+def bm25_cache_stats(plpy: Any) -> dict[str, Any]:
+    from kbpg_db import bm25
+
+    budget = plpy.execute("SELECT kb._bm25_cache_mb() AS mb")[0]["mb"]
+    return {
+        "terms": len(bm25.CACHE.entries),
+        "megabytes": round(bm25.CACHE.nbytes / 1048576, 3),
+        "hits": bm25.CACHE.hits,
+        "misses": bm25.CACHE.misses,
+        "budget_mb": budget,
+    }
+
+
 def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -> list[float]:
     from kbpg_db import reranking
 

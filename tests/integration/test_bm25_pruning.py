@@ -1,7 +1,10 @@
-"""Pruned BM25 (MaxScore in kb.bm25_search) returns exactly what scoring every posting
-returns (kb._bm25_exhaustive): the same chunks in the same order with the same scores, on
-random corpora and random queries, for any top_k, k1, b and filter, and after documents
-are deleted (the bounds need no upkeep)."""
+"""kb.bm25_search returns exactly what scoring every posting in SQL returns
+(kb._bm25_exhaustive): the same chunks in the same order with the same scores, on random
+corpora and random queries, for any top_k, k1, b and filter, and after documents are
+deleted. Both scorers: in memory (kbpg_db/bm25.py, the default) and pruned in SQL
+(MaxScore, with kb.bm25_cache_mb = 0; its bounds need no upkeep). The memory scorer's
+cached postings follow every write: committed or not, in this backend or another, rolled
+back, and under a budget that evicts."""
 
 from __future__ import annotations
 
@@ -40,13 +43,16 @@ def _same(pruned: list[Any], exhaustive: list[Any]) -> None:
     )
 
 
+@pytest.mark.parametrize("scorer", ["memory", "sql"])
 @pytest.mark.parametrize(
     ("seed", "vocab_size", "skew", "n_docs"),
     [(1, 300, 1.0, 1500), (2, 2000, 1.4, 300), (3, 2000, 1.0, 1500), (4, 60, 0.6, 800)],
 )
 def test_pruned_equals_exhaustive(
-    conn: psycopg.Connection, seed: int, vocab_size: int, skew: float, n_docs: int
+    conn: psycopg.Connection, seed: int, vocab_size: int, skew: float, n_docs: int, scorer: str
 ) -> None:
+    if scorer == "sql":
+        conn.execute("SET kb.bm25_cache_mb = 0")
     rng = random.Random(seed)
     vocab = [f"w{i}x{rng.randint(0, 9)}" for i in range(vocab_size)]
     texts = [" ".join(_zipf_words(rng, vocab, rng.randint(1, 60), skew)) for _ in range(n_docs)]
@@ -78,7 +84,7 @@ def test_pruned_equals_exhaustive(
         e, m = used.split("/")
         pruned_terms += int(m) - int(e)
     assert checked > 40
-    if vocab_size > 100:  # a tiny vocabulary: every term is common, nothing to cut
+    if scorer == "sql" and vocab_size > 100:  # a tiny vocabulary: nothing to cut
         assert pruned_terms > 0  # the bounds cut terms, so the comparison tested pruning
     # Deleting documents leaves the statistics exact and the bounds valid.
     conn.execute("DELETE FROM kb.document WHERE title LIKE 'syn1%%' AND kb_id = "
@@ -99,3 +105,76 @@ def test_pruned_edge_cases(conn: psycopg.Connection) -> None:
     want = conn.execute("SELECT * FROM kb._bm25_exhaustive(%s, 'alpha delta', 10)", (ix,)).fetchall()
     assert len(got) == 3
     _same(got, want)
+
+
+def _check(conn: psycopg.Connection, ix: int, queries: list[str]) -> None:
+    for query in queries:
+        args = (ix, query, 20, 1.2, 0.75, None)
+        _same(conn.execute("SELECT * FROM kb.bm25_search(%s, %s, %s, %s, %s, %s)", args).fetchall(),
+              conn.execute("SELECT * FROM kb._bm25_exhaustive(%s, %s, %s, %s, %s, %s)", args).fetchall())
+
+
+def _stats(conn: psycopg.Connection) -> dict[str, Any]:
+    row = conn.execute("SELECT * FROM kb.bm25_cache_stats()").fetchone()
+    return dict(zip(("terms", "megabytes", "hits", "misses", "budget_mb"), row, strict=True))
+
+
+def test_memory_scores_follow_every_write(dsn: str, conn: psycopg.Connection) -> None:
+    rng = random.Random(7)
+    vocab = [f"v{i}y" for i in range(400)]
+    texts = [" ".join(_zipf_words(rng, vocab, rng.randint(3, 40), 1.0)) for _ in range(600)]
+    ix = _corpus(conn, "cached", texts)
+    kb_id = conn.execute("SELECT id FROM kb.knowledge_base WHERE name = 'cached'").fetchone()[0]
+    queries = [" ".join(_zipf_words(rng, vocab, rng.randint(1, 6), 0.5)) for _ in range(25)]
+    _check(conn, ix, queries)
+    first = _stats(conn)
+    assert first["terms"] > 0 and first["misses"] > 0 and first["budget_mb"] == 256
+    _check(conn, ix, queries)  # nothing changed: every term from the cache
+    again = _stats(conn)
+    assert again["misses"] == first["misses"] and again["hits"] > first["hits"]
+
+    with psycopg.connect(dsn, autocommit=True) as writer:
+        # Another backend adds and deletes documents, committed.
+        copy_chunks(writer, kb_id, ix, [" ".join(rng.sample(vocab[:30], 5)) for _ in range(40)], 10_000)
+        writer.execute("DELETE FROM kb.document WHERE kb_id = %s AND title LIKE 'syn1%%'", (kb_id,))
+        _check(conn, ix, queries)
+        assert _stats(conn)["misses"] > again["misses"]  # the changed terms were read again
+        # ... and not yet committed: this backend sees the postings as they were.
+        with writer.transaction():
+            copy_chunks(writer, kb_id, ix, [" ".join(vocab[:8])] * 30, 20_000)
+            _check(conn, ix, queries)
+            seen = conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 50)", (ix, vocab[5])).fetchall()
+        after = conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 50)", (ix, vocab[5])).fetchall()
+        assert seen != after  # the 30 new chunks hold the word: they count once committed
+        _check(conn, ix, queries)
+
+    # This backend's own uncommitted writes count, and stop counting when rolled back.
+    with conn.transaction(force_rollback=True):
+        copy_chunks(conn, kb_id, ix, [" ".join(vocab[3:9])] * 25, 30_000)
+        _check(conn, ix, queries)
+        with conn.transaction(force_rollback=True):  # a savepoint
+            conn.execute("DELETE FROM kb.document WHERE kb_id = %s AND title LIKE 'syn2%%'", (kb_id,))
+            _check(conn, ix, queries)
+        _check(conn, ix, queries)
+    _check(conn, ix, queries)
+
+    # A budget smaller than the postings: terms are evicted and read again, results exact.
+    conn.execute("SET kb.bm25_cache_mb = 1")
+    big = _corpus(conn, "cached-big", [" ".join(_zipf_words(rng, vocab[:40], 60, 0.3))
+                                       for _ in range(3000)])
+    _check(conn, big, [" ".join(vocab[:40])] * 3 + queries[:5])
+    assert _stats(conn)["megabytes"] <= 1
+    # The SQL scorer gives the same answers as the memory scorer.
+    memory = conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 30)", (ix, queries[0])).fetchall()
+    conn.execute("SET kb.bm25_cache_mb = 0")
+    _same(conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 30)", (ix, queries[0])).fetchall(),
+          memory)
+
+
+def test_cache_setting_is_checked(conn: psycopg.Connection) -> None:
+    ix = _corpus(conn, "setting", ["alpha beta", "beta gamma"])
+    conn.execute("SET kb.bm25_cache_mb = 'lots'")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"kb\.bm25_cache_mb"):
+        conn.execute("SELECT * FROM kb.bm25_search(%s, 'beta', 10)", (ix,))
+    conn.execute("SET kb.bm25_cache_mb = 64")
+    assert len(conn.execute("SELECT * FROM kb.bm25_search(%s, 'beta', 10)", (ix,)).fetchall()) == 2
