@@ -16,8 +16,9 @@ hot standbys. The statistics (N, avgdl, df) are read from the tables on every qu
 so scores are those of ``kb._bm25_exhaustive``, up to the order in which floating-point
 sums are added.
 
-The cache holds at most ``kb.bm25_cache_mb`` megabytes of postings per backend (16
-bytes a posting), least recently used first out.
+The cache holds at most ``kb.bm25_cache_mb`` megabytes of postings per backend (8 bytes
+a posting where chunk ids, tf and dl fit 32, 16 and 16 bits), least recently used first
+out.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ POSTINGS = (
     "GROUP BY p.lexeme"
 )
 PACKED = np.dtype([("id", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
-# What kb.bm25_search reports in kb.bm25_essential: here every term is read whole.
+# What kb.bm25_search reports in kb.bm25_essential: "terms read whole/query terms".
 ESSENTIAL = "SELECT set_config('kb.bm25_essential', $1, true)"
 FILTERED = (
     "SELECT c.id FROM kb.chunk c "
@@ -82,16 +83,23 @@ def _plan(plpy: Any, name: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Postings:
-    """One term's postings (chunk ids, tf, dl), as of its term_stat row ``version``."""
+    """One term's postings as of its term_stat row ``version``: chunk ids as ``base`` +
+    ``offsets``, tf and dl, each in the narrowest integer type that holds them (8 bytes
+    a posting for most terms)."""
 
     version: str
-    ids: np.ndarray
+    base: int
+    offsets: np.ndarray
     tf: np.ndarray
     dl: np.ndarray
 
     @property
+    def ids(self) -> np.ndarray:
+        return self.base + self.offsets.astype(np.int64)
+
+    @property
     def nbytes(self) -> int:
-        return int(self.ids.nbytes + self.tf.nbytes + self.dl.nbytes)
+        return int(self.offsets.nbytes + self.tf.nbytes + self.dl.nbytes)
 
 
 class PostingCache:
@@ -130,13 +138,28 @@ class PostingCache:
 CACHE = PostingCache()
 
 
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Non-negative integers in uint16 or uint32 where they fit (else int64)."""
+    top = int(values.max()) if len(values) else 0
+    for kind in (np.uint16, np.uint32):
+        if top <= np.iinfo(kind).max:
+            return values.astype(kind)
+    return values.astype(np.int64)
+
+
+def postings(version: str, ids: np.ndarray, tf: np.ndarray, dl: np.ndarray) -> Postings:
+    """A term's postings, kept in chunk id order (pruning looks chunks up by id)."""
+    if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        order = np.argsort(ids, kind="stable")
+        ids, tf, dl = ids[order], tf[order], dl[order]
+    base = int(ids[0]) if len(ids) else 0
+    return Postings(version, base, _narrow(ids - base), _narrow(tf), _narrow(dl))
+
+
 def _unpack(version: str, packed: bytes) -> Postings:
     rows = np.frombuffer(packed, dtype=PACKED)
-    return Postings(
-        version,
-        rows["id"].astype(np.int64),
-        rows["tf"].astype(np.int32),
-        rows["dl"].astype(np.int32),
+    return postings(
+        version, rows["id"].astype(np.int64), rows["tf"].astype(np.int64), rows["dl"].astype(np.int64)
     )
 
 
@@ -161,27 +184,97 @@ def _term_postings(
     return found
 
 
+def _part(
+    p: Postings, idf: float, k1: float, b: float, avgdl: float, at: np.ndarray | None = None
+) -> np.ndarray:
+    """A term's contribution to its chunks (those at positions ``at``, or all): the same
+    expression, in the same order, as kb._bm25_search's SQL."""
+    tf, dl = (p.tf, p.dl) if at is None else (p.tf[at], p.dl[at])
+    return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+
+
 def _accumulate(
     postings: list[Postings], idfs: list[float], k1: float, b: float, avgdl: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk ids, scores) of every chunk holding a query term."""
-    ids = np.concatenate([p.ids for p in postings])
-    # Term by term, the same expression, in the same order, as kb._bm25_search's SQL.
+    """(chunk ids, scores) of every chunk holding one of the terms."""
+    lo = min(p.base for p in postings)
+    where = np.concatenate([p.offsets.astype(np.int64) + (p.base - lo) for p in postings])
     parts = np.concatenate(
-        [
-            idf * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.dl / avgdl))
-            for p, idf in zip(postings, idfs, strict=True)
-        ]
+        [_part(p, idf, k1, b, avgdl) for p, idf in zip(postings, idfs, strict=True)]
     )
-    lo, hi = int(ids.min()), int(ids.max())
-    if hi - lo < 4 * len(ids) + 65536:  # ids close together: a dense accumulator
-        acc = np.bincount(ids - lo, weights=parts, minlength=hi - lo + 1)
-        present = np.zeros(hi - lo + 1, dtype=bool)
-        present[ids - lo] = True
-        held = np.flatnonzero(present)
+    span = int(where.max()) + 1
+    if span < 4 * len(where) + 65536:  # ids close together: a dense accumulator
+        # Every contribution is above 0 (idf > 0, tf >= 1): a chunk is held where acc > 0.
+        acc = np.bincount(where, weights=parts, minlength=span)
+        held = np.flatnonzero(acc)
         return held + lo, acc[held]
-    chunk_ids, where = np.unique(ids, return_inverse=True)
-    return chunk_ids, np.bincount(where, weights=parts)
+    rel, inverse = np.unique(where, return_inverse=True)
+    return rel + lo, np.bincount(inverse, weights=parts)
+
+
+PRUNE_MIN_POSTINGS = 150_000
+PRUNE_TRIES = (0.1, 0.25, 0.5)
+
+
+def _complete(
+    ids: np.ndarray, scores: np.ndarray, terms: list[Postings], weights: list[float],
+    k1: float, b: float, avgdl: float,
+) -> np.ndarray:
+    """``scores`` plus what ``terms`` give the chunks ``ids``, looked up by binary search
+    in each term's sorted chunk ids."""
+    scores = scores.copy()
+    for p, idf in zip(terms, weights, strict=True):
+        offsets = ids - p.base
+        pos = np.searchsorted(p.offsets, offsets)
+        inside = pos < len(p.offsets)
+        hit = np.flatnonzero(inside)[p.offsets[pos[inside]] == offsets[inside]]
+        scores[hit] += _part(p, idf, k1, b, avgdl, pos[hit])
+    return scores
+
+
+def _top(
+    postings: list[Postings], idfs: list[float], k1: float, b: float, avgdl: float, top_k: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(chunk ids, scores) of the top_k, pruned (MaxScore) and exact, and how many terms
+    were read whole.
+
+    Terms in order of their bound idf·(k1+1) (no term gives a chunk more, whatever tf, dl
+    and avgdl), the first e are read whole: their chunks are the candidates. A chunk
+    holding none of them scores at most ``rest``, the other terms' bounds summed. The
+    candidates best by what the e terms give them are scored in full (the other terms
+    looked up by chunk id); the k-th best of those full scores, theta, is a lower bound
+    of the final k-th score. Once rest < theta no other chunk can enter the top k, nor a
+    candidate whose partial score + rest is below theta; the rest are scored in full.
+    e grows until then (a few tries); otherwise every term is read whole."""
+    order = sorted(range(len(idfs)), key=lambda i: -idfs[i])
+    terms = [postings[i] for i in order]
+    weights = [idfs[i] for i in order]
+    read = np.cumsum([len(p.offsets) for p in terms])
+    total = int(read[-1])
+    rest = [sum(weights[i:]) * (k1 + 1) for i in range(len(weights) + 1)]
+    # Each try costs a pass over the essential postings and a few lookups; below
+    # PRUNE_MIN_POSTINGS scoring them all is as quick. The tries read up to 10%, 25% and
+    # 50% of the postings.
+    tries = sorted({max(1, int(np.searchsorted(read, f * total, side="right"))) for f in PRUNE_TRIES})
+    for e in tries if total >= PRUNE_MIN_POSTINGS else []:
+        if e >= len(terms):
+            break
+        ids, partial = _accumulate(terms[:e], weights[:e], k1, b, avgdl)
+        if len(partial) < top_k:
+            continue
+        probe = _ranked(ids, partial, min(len(partial), 4 * top_k + 32))
+        full = _complete(ids[probe], partial[probe], terms[e:], weights[e:], k1, b, avgdl)
+        theta = float(np.partition(full, len(full) - top_k)[len(full) - top_k])
+        if not rest[e] < theta:
+            continue
+        keep = np.flatnonzero(partial + rest[e] >= theta)
+        ids = ids[keep]
+        scores = _complete(ids, partial[keep], terms[e:], weights[e:], k1, b, avgdl)
+        best = _ranked(ids, scores, top_k)
+        return ids[best], scores[best], e
+    ids, scores = _accumulate(terms, weights, k1, b, avgdl)
+    best = _ranked(ids, scores, top_k)
+    return ids[best], scores[best], len(terms)
 
 
 def _ranked(chunk_ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
@@ -215,18 +308,21 @@ def search(
     n = float(rows[0]["n_chunks"])
     avgdl = float(rows[0]["total_len"]) / max(rows[0]["n_chunks"], 1)
     terms = list(plpy.execute(_plan(plpy, "terms"), [index_id, kb_id, rows[0]["cfg"], query]))
-    plpy.execute(_plan(plpy, "essential"), [f"{len(terms)}/{len(terms)}"])
     if not terms:
+        plpy.execute(_plan(plpy, "essential"), ["0/0"])
         return []
     budget = budget_mb * 1024 * 1024
     CACHE.trim(budget)  # the setting may have been lowered
     postings = _term_postings(plpy, kb_id, index_id, terms, budget)
     held = [t for t in terms if t["lexeme"] in postings]  # all of them: one snapshot
     idfs = [math.log(1 + (n - t["df"] + 0.5) / (t["df"] + 0.5)) for t in held]
-    chunk_ids, scores = _accumulate([postings[t["lexeme"]] for t in held], idfs, k1, b, avgdl)
+    found = [postings[t["lexeme"]] for t in held]
     if filter_json is None:
-        best = _ranked(chunk_ids, scores, top_k)
-        return [(int(chunk_ids[i]), float(scores[i])) for i in best]
+        top_ids, top_scores, read = _top(found, idfs, k1, b, avgdl, top_k)
+        plpy.execute(_plan(plpy, "essential"), [f"{read}/{len(found)}"])
+        return list(zip(top_ids.tolist(), top_scores.tolist(), strict=True))
+    plpy.execute(_plan(plpy, "essential"), [f"{len(found)}/{len(found)}"])
+    chunk_ids, scores = _accumulate(found, idfs, k1, b, avgdl)
     # With a filter: the best chunks in rounds (4·top_k + 64, then 4 times as many each
     # round), each round's checked in one statement, until top_k pass or none are left.
     out: list[tuple[int, float]] = []
