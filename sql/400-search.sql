@@ -361,9 +361,13 @@ RETURNS TABLE (final_rank integer, chunk_id bigint, score double precision,
                heading_path text[], page integer, metadata jsonb, source_uri text,
                char_start integer, char_end integer, expanded_from bigint, expansion text,
                graph_rank integer, graph_path text)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+-- PL/pgSQL keeps this plan for the session; as a SQL function (SET search_path: never
+-- inlined) it was planned on every search (about 1 ms).
+BEGIN
+  RETURN QUERY
   SELECT CASE WHEN s.chunk_id IS NULL THEN s.final_rank
               ELSE (row_number() OVER (PARTITION BY s.chunk_id IS NULL ORDER BY s.final_rank))::integer
          END,
@@ -380,7 +384,8 @@ AS $$
   -- replay, while the search runs): a chunk committed after this statement began is left
   -- out, not returned without its text, and the ranks close up.
   WHERE s.chunk_id IS NULL OR c.id IS NOT NULL
-  ORDER BY s.final_rank
+  ORDER BY s.final_rank;
+END
 $$;
 COMMENT ON FUNCTION kb._search_rows(integer, text, jsonb) IS
   'Internal: kb._search_core''s ranked stages with each chunk''s text and document, the one '

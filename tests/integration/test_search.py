@@ -340,13 +340,18 @@ def test_halfvec_for_large_models(client: Client, conn: psycopg.Connection) -> N
         assert client.search("big", "cats", method="vector", top_k=1)[0].title == "a"
 
 
+@pytest.mark.parametrize("cache_mb", [256, 0])
 def test_full_text_with_the_kbs_own_config_runs_no_plpython(
-    client: Client, conn: psycopg.Connection, provider: FakeProvider
+    client: Client, conn: psycopg.Connection, provider: FakeProvider, cache_mb: int
 ) -> None:
+    """No config validation, no model: with the KB's own full_text config the only
+    Python is BM25 scored in memory (kbpg_db/bm25.py, numpy), and with
+    kb.bm25_cache_mb = 0 there is none at all."""
     build(client, conn, provider)
     client.conn.execute("SELECT kb.set_retrieval_config('kb1', '{\"method\": \"full_text\"}')")
     with psycopg.connect(conn.info.dsn) as fresh:  # a new backend: nothing loaded yet
         fresh.execute("SET LOCAL track_functions = 'pl'")
+        fresh.execute(f"SET LOCAL kb.bm25_cache_mb = {cache_mb}")
         rows = fresh.execute("SELECT title FROM kb.search('kb1', 'seeds brewed')").fetchall()
         assert rows
         called = dict(
@@ -357,7 +362,8 @@ def test_full_text_with_the_kbs_own_config_runs_no_plpython(
             ).fetchall()
         )
     assert "_search_core" in called
-    assert "plpython3u" not in called.values(), called
+    python = {name for name, lang in called.items() if lang == "plpython3u"}
+    assert python == ({"_py_bm25_search", "python_init"} if cache_mb else set()), called
 
 
 def test_each_search_returns_what_it_cost(
