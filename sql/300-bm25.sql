@@ -217,7 +217,7 @@ DECLARE
   v_raw text := coalesce(nullif(current_setting('kb.bm25_cache_mb', true), ''), '256');
 BEGIN
   IF v_raw !~ '^\s*\d{1,7}\s*$' THEN
-    RAISE EXCEPTION 'kb.bm25_cache_mb must be a whole number of megabytes (0 to 1000000), not "%"', v_raw
+    RAISE EXCEPTION 'kb.bm25_cache_mb must be a whole number of megabytes (0 to 9999999), not "%"', v_raw
       USING ERRCODE = 'invalid_parameter_value',
             HINT = '0 scores BM25 in SQL only; the default is 256';
   END IF;
@@ -400,11 +400,12 @@ AS $$
 $$;
 COMMENT ON FUNCTION kb.bm25_search(bigint, text, integer, double precision, double precision, jsonb) IS
   'Top chunks of an index generation by Okapi BM25 (exact corpus statistics), optionally '
-  'restricted to chunks whose metadata contains filter. Exact top-k with dynamic pruning '
-  '(MaxScore over idf·(k1+1) term bounds): the same chunks and scores as scoring every '
-  'posting, reading the postings of the rare terms and the candidates'' own. Sets '
-  'kb.bm25_essential (for the transaction) to how many of the query''s terms were read '
-  'whole, as "e/m".';
+  'restricted to chunks whose metadata contains filter. The same chunks and scores as '
+  'scoring every posting (kb._bm25_exhaustive): scored in memory from postings the backend '
+  'keeps (kb.bm25_cache_mb, default 256; pruned exactly above 150k postings), or with '
+  'kb.bm25_cache_mb = 0 in SQL with dynamic pruning (MaxScore over idf·(k1+1) term bounds). '
+  'Sets kb.bm25_essential (for the transaction) to how many of the query''s terms were '
+  'read whole, as "e/m".';
 
 CREATE OR REPLACE FUNCTION kb._bm25_exhaustive(index_id bigint, query text, top_k integer DEFAULT 10,
                                           k1 double precision DEFAULT 1.2,

@@ -2,9 +2,10 @@
 
 ``kb._bm25_search`` in SQL reads every posting of every query term through the executor
 (about 0.8 µs a posting, grouped by chunk): 40-60 ms for a SciFact question over 100k
-chunks. Here each term's postings are read once, as three packed arrays (chunk ids, tf,
-dl), and kept for the life of the backend; a query then scores them with numpy, summing
-per chunk with ``bincount``.
+chunks. Here each term's postings are read once, as one packed bytea (chunk id, tf, dl a
+posting), and kept as numpy arrays for the life of the backend; a query then scores them
+with numpy, summing per chunk with ``bincount``, and prunes large queries exactly
+(:func:`_top`).
 
 A term's cached postings stay valid exactly as long as its ``kb.term_stat`` row is the
 same row version (its ``xmin`` and ``ctid``). Every change to a term's postings changes
