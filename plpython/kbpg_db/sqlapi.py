@@ -690,6 +690,8 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
         out = convert.run_isolated(request, data, limits, python)
     except convert.ConvertError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
+        if request.get("url") and str(exc).startswith(("http://", "https://")):
+            what = "page"  # the fetch's own message names the URL (after any redirect)
         return f'document "{d["title"]}": {what} {exc}{hint}'
     text, found = media.extract(out.content)
     meta = dict(out.meta)
