@@ -691,7 +691,7 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
     except convert.ConvertError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
         if request.get("url") and str(exc).startswith(("http://", "https://")):
-            what = "page"  # the fetch's own message names the URL (after any redirect)
+            what = "page"  # the fetch's own message names the URL it was fetching
         return f'document "{d["title"]}": {what} {exc}{hint}'
     text, found = media.extract(out.content)
     meta = dict(out.meta)
