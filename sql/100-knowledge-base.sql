@@ -39,9 +39,20 @@ COMMENT ON FUNCTION kb._get_kb_by_id(integer) IS
   'Internal: the knowledge base row by id (as the caller may see it), or no_data_found.';
 
 CREATE OR REPLACE FUNCTION kb._active_index(v_kb kb.knowledge_base) RETURNS kb.kb_index
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
-AS $$ SELECT * FROM kb.kb_index i WHERE i.id = v_kb.active_index_id AND i.kb_id = v_kb.id $$;
+AS $$
+-- PL/pgSQL: its plan is kept for the session (every search calls it).
+DECLARE
+  v kb.kb_index;
+BEGIN
+  SELECT * INTO v FROM kb.kb_index i WHERE i.id = v_kb.active_index_id AND i.kb_id = v_kb.id;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  RETURN v;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION kb._index_kb(p_index_id bigint) RETURNS integer
 LANGUAGE sql STABLE

@@ -191,6 +191,26 @@ def test_hybrid_is_weighted_rrf(
     assert [r["final_rank"] for r in rows] == list(range(1, len(rows) + 1))
 
 
+def test_bm25_only_hits_get_their_similarity(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """With a shallow vector list, hits only BM25 found are returned with their exact
+    cosine similarity (looked up for the rows returned only, unless a threshold needs it
+    for every candidate: then the same rows and scores)."""
+    build(client, conn, provider)
+    q = "cats hunt mice seeds"
+    rows = client.explain_search("kb1", q, top_k=4, fusion_depth=1)
+    assert any(r["vector_rank"] is None for r in rows)  # BM25-only hits are returned
+    # Every chunk's similarity, from the vector channel itself (the corpus is small).
+    exact = {r.chunk_id: r.vector_score for r in client.search("kb1", q, method="vector", top_k=50)}
+    assert len(exact) == len(CORPUS)
+    for r in rows:
+        assert r["vector_score"] == pytest.approx(exact[r["chunk_id"]], abs=1e-6)
+    everyone = client.explain_search("kb1", q, top_k=4, fusion_depth=1, similarity_threshold=-1)
+    key = ("chunk_id", "final_rank", "score", "vector_rank", "vector_score", "bm25_rank")
+    assert [[r[k] for k in key] for r in everyone] == [[r[k] for k in key] for r in rows]
+
+
 def test_hybrid_zscore_fuses_standardised_scores(
     client: Client, conn: psycopg.Connection, provider: FakeProvider
 ) -> None:
