@@ -24,6 +24,23 @@ def test_local_batches_of_like_length_give_each_text_its_own_vector() -> None:
         assert np.abs(together - alone).max() < 1e-4
 
 
+def test_local_batches_keep_to_like_lengths_the_row_limit_and_the_word_piece_budget() -> None:
+    rng = np.random.default_rng(7)
+    lengths = [int(x) for x in rng.integers(1, 257, 500)] + [256] * 20 + [3] * 200
+    for batch_size in (1, 8, 64):
+        for budget in (64, 1024, 100_000):
+            batches = embedding.plan_batches(lengths, batch_size, budget)
+            assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+            for b in batches:
+                widths = [lengths[i] for i in b]
+                assert widths == sorted(widths) and len(b) <= batch_size
+                assert max(widths) <= 1.1 * min(widths)
+                assert len(b) == 1 or len(b) * max(widths) <= budget
+    # The default budget: 256-word-piece texts go four at a time, short ones 64.
+    assert {len(b) for b in embedding.plan_batches([256] * 20, 64)} == {4}
+    assert {len(b) for b in embedding.plan_batches([3] * 128, 64)} == {64}
+
+
 def test_vectors_embedded_ahead_are_taken_once_and_only_whole() -> None:
     cfg = IndexingConfig()
     embedding.clear_ahead()
