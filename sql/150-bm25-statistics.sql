@@ -35,14 +35,18 @@ BEGIN
   FOR v_kb IN SELECT DISTINCT kb_id FROM new_chunks LOOP
     -- tf counts a heading word (weight A, kb.chunk_tsvector) heading_weight times, as
     -- doc_len (kb.tsvector_length) does.
+    -- The weight is read once per generation (MATERIALIZED), not once per posting.
+    WITH i AS MATERIALIZED (
+      SELECT ix.id, kb._heading_weight(ix.indexing_config) AS hw
+        FROM kb.kb_index ix WHERE ix.kb_id = v_kb
+    )
     INSERT INTO kb.posting (index_id, lexeme, chunk_id, kb_id, tf, dl)
     SELECT n.index_id, u.lexeme, n.id, n.kb_id,
            coalesce(array_length(u.positions, 1), 1)
            + (i.hw - 1) * coalesce(cardinality(array_positions(u.weights, 'A')), 0),
            n.doc_len
     FROM new_chunks n
-    JOIN (SELECT ix.id, kb._heading_weight(ix.indexing_config) AS hw
-            FROM kb.kb_index ix WHERE ix.kb_id = v_kb) i ON i.id = n.index_id,
+    JOIN i ON i.id = n.index_id,
     unnest(n.tsv) u
     WHERE n.kb_id = v_kb;
     INSERT INTO kb.term_stat AS t (index_id, lexeme, kb_id, df)
