@@ -1063,7 +1063,7 @@ def bench_codegraph(dsn: str, quick: bool) -> dict[str, Any]:
 def bench_startup(dsn: str, quick: bool) -> dict[str, Any]:
     import psycopg
 
-    times, rss = [], []
+    times, rss, private = [], [], []
     for _ in range(3 if quick else 5):
         with psycopg.connect(dsn, autocommit=True) as conn:
             pid = scalar(conn, "SELECT pg_backend_pid()")
@@ -1077,6 +1077,8 @@ def bench_startup(dsn: str, quick: bool) -> dict[str, Any]:
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
                 rss.append(int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024)  # type: ignore[union-attr]
+                # The process's own memory: RSS less shared libraries and shared buffers.
+                private.append(int(re.search(r"RssAnon:\s+(\d+)", status).group(1)) / 1024)  # type: ignore[union-attr]
             except (OSError, AttributeError):
                 pass
     return {
@@ -1087,6 +1089,7 @@ def bench_startup(dsn: str, quick: bool) -> dict[str, Any]:
             "max": round(max(times), 3),
         },
         "backend_rss_mb_after_model_load": round(statistics.median(rss), 1) if rss else None,
+        "backend_private_mb": round(statistics.median(private), 1) if private else None,
     }
 
 
