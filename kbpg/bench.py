@@ -1060,6 +1060,11 @@ def bench_codegraph(dsn: str, quick: bool) -> dict[str, Any]:
 
 
 # --- 6. startup -----------------------------------------------------------------------------
+def _status_mb(status: str, field: str) -> float:
+    """A memory field of /proc/PID/status (kB there) in MB."""
+    return int(re.search(field + r":\s+(\d+)", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
 def bench_startup(dsn: str, quick: bool) -> dict[str, Any]:
     import psycopg
 
@@ -1076,9 +1081,9 @@ def bench_startup(dsn: str, quick: bool) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
-                rss.append(int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024)  # type: ignore[union-attr]
+                rss.append(_status_mb(status, "VmRSS"))
                 # The process's own memory: RSS less shared libraries and shared buffers.
-                private.append(int(re.search(r"RssAnon:\s+(\d+)", status).group(1)) / 1024)  # type: ignore[union-attr]
+                private.append(_status_mb(status, "RssAnon"))
             except (OSError, AttributeError):
                 pass
     return {
