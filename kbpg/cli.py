@@ -13,6 +13,11 @@ from kbpg_db.config import CHUNKERS, METHODS
 
 from kbpg.errors import KbpgError
 
+CONCURRENCY_HELP = (
+    "connections running jobs side by side (default: one per core of the database server, "
+    "at most 4; the local model's threads are shared out over them)"
+)
+
 
 def _print_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
     if not rows:
@@ -322,6 +327,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease,
         poll_interval=args.poll,
         batch=args.batch,
+        model_threads=args.model_threads,
+        durable_commits=args.durable_commits,
     )
     worker.install_signal_handlers()
     stats = worker.run()
@@ -435,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--metadata", action="append", metavar="KEY=VALUE")
     i.add_argument("--usage-mode", default="rag", choices=["rag", "system", "policy"])
     i.add_argument("--wait", action="store_true", help="run a worker until the queue is empty")
-    i.add_argument("--concurrency", type=int, default=1)
+    i.add_argument("--concurrency", type=int, help=CONCURRENCY_HELP)
     i.set_defaults(func=cmd_ingest)
 
     q = sub.add_parser("search", help="search a knowledge base")
@@ -457,7 +464,19 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_context)
 
     w = sub.add_parser("worker", help="run the indexing worker")
-    w.add_argument("--concurrency", type=int, default=1)
+    w.add_argument("--concurrency", type=int, help=CONCURRENCY_HELP)
+    w.add_argument(
+        "--durable-commits",
+        action="store_true",
+        help="each job's commit waits for the disk (default: it does not; a server crash may "
+        "undo the last fraction of a second of finished jobs, which then simply run again)",
+    )
+    w.add_argument(
+        "--model-threads",
+        type=int,
+        help="the local model's ONNX threads in each connection's server process (default: "
+        "the server's kb.onnx_threads where set, else its cores shared out over the connections)",
+    )
     w.add_argument("--once", action="store_true", help="drain the queue, then exit")
     w.add_argument("--lease", type=float, default=60.0, help="seconds a claimed job is held")
     w.add_argument("--poll", type=float, default=2.0, help="seconds between polls")

@@ -9,6 +9,13 @@ batches instead of a request each. NOTIFY on
 ``kbpg_jobs`` only wakes the threads early; they poll regardless, so a lost notification
 never stalls the queue. A lost connection is retried with backoff; a job whose worker
 vanished is claimed again by anyone once its lease expires.
+
+By default a worker opens one connection per core of the database server (at most
+``AUTO_MAX_CONNECTIONS``) and gives each server process an equal share of the cores for
+the local model's ONNX threads (``kb.onnx_threads``, unless the server's configuration or
+the role sets it): while one process writes a document's rows, the others keep the cores
+busy with the model, where one process alone would leave a core idle. The share is taken
+per job, over the connections busy when it starts: a lone large document gets all cores.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from kbpg.errors import clean_message
 log = logging.getLogger("kbpg.worker")
 
 CHANNEL = "kbpg_jobs"
+AUTO_MAX_CONNECTIONS = 4
 
 
 class Outcome(enum.Enum):
@@ -58,25 +66,62 @@ class WorkerStats:
             self.seconds += seconds
 
 
+def plan_connections(
+    cpus: int, configured: str, concurrency: int | None, model_threads: int | None
+) -> tuple[int, int | None]:
+    """How many connections a worker opens, and the kb.onnx_threads each one sets (None:
+    set nothing, the server's or the role's own setting or ONNX's default stands).
+
+    ``cpus`` is the server's core count, ``configured`` what kb.onnx_threads already is for
+    a new session ('' where unset); ``concurrency`` / ``model_threads`` what was asked for
+    (None: choose). Connections default to one per core, at most AUTO_MAX_CONNECTIONS;
+    threads, where nothing sets them, to an equal share of the cores.
+    """
+    n = concurrency if concurrency is not None else max(1, min(AUTO_MAX_CONNECTIONS, cpus))
+    if model_threads is not None:
+        return n, model_threads
+    if configured or n == 1:
+        return n, None
+    return n, max(1, cpus // n)
+
+
 class Worker:
     def __init__(
         self,
         dsn: str,
         *,
-        concurrency: int = 1,
+        concurrency: int | None = None,
         once: bool = False,
         lease_seconds: float = 60.0,
         poll_interval: float = 2.0,
         name: str | None = None,
         kb: str | None = None,
         batch: int = 16,
+        model_threads: int | None = None,
+        durable_commits: bool = False,
     ) -> None:
-        if concurrency < 1:
+        """``concurrency``: connections, each running one job at a time (None: one per core
+        of the server, at most AUTO_MAX_CONNECTIONS). ``model_threads``: the local model's
+        ONNX threads in each connection's server process (None: the server's cores shared
+        out over the connections, where the server's configuration does not set
+        kb.onnx_threads). ``durable_commits``: wait for each job's commit to reach the disk
+        (synchronous_commit); by default a job's commit does not wait, and a server crash
+        may undo the jobs that finished in its last moments (a fraction of a second): they
+        are simply run again once their leases expire, nothing is left half-written."""
+        if concurrency is not None and concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if model_threads is not None and model_threads < 1:
+            raise ValueError("model_threads must be at least 1")
         if not 1 <= batch <= 1000:
             raise ValueError("batch must be between 1 and 1000")
         self.dsn = dsn
-        self.concurrency = concurrency
+        self.concurrency = concurrency or 1
+        self._auto_concurrency = concurrency is None
+        self.model_threads = model_threads
+        self.durable_commits = durable_commits
+        self._onnx_threads: int | None = None  # what each connection sets, once sized
+        self._per_job_threads = False
+        self._cpus = 1
         self.once = once
         self.lease_seconds = lease_seconds
         self.batch = batch
@@ -85,7 +130,7 @@ class Worker:
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.stats = WorkerStats()
-        self._idle = [False] * concurrency
+        self._idle = [True] * self.concurrency  # a thread is busy from its first claim
 
     # --- signals ----------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -105,7 +150,41 @@ class Worker:
         self.wake.set()
 
     # --- running ---------------------------------------------------------------------------
+    def _size(self) -> None:
+        """Connections and ONNX threads from the server's cores (see the module docstring)."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT kb.server_cpu_count(), "
+                    "coalesce(current_setting('kb.onnx_threads', true), '')"
+                ).fetchone()
+            cpus, configured = row if row else (1, "")
+        except psycopg.Error as exc:
+            log.warning("cannot read the server's core count (%s); one connection",
+                        str(exc).strip().splitlines()[0])  # fmt: skip
+            cpus, configured = 1, ""
+        self.concurrency, self._onnx_threads = plan_connections(
+            int(cpus),
+            configured,
+            None if self._auto_concurrency else self.concurrency,
+            self.model_threads,
+        )
+        self._cpus = int(cpus)
+        # Chosen here, not asked for: a job takes the share of the cores of the connections
+        # busy when it starts (a lone large document gets them all).
+        self._per_job_threads = self._onnx_threads is not None and self.model_threads is None
+        self._idle = [True] * self.concurrency  # a thread is busy from its first claim
+        log.info(
+            "worker %s: %s connection(s), local model threads in each: %s (server cores: %s)",
+            self.name, self.concurrency,
+            self._onnx_threads or (f"kb.onnx_threads = {configured}" if configured else "all"),
+            cpus,
+        )  # fmt: skip
+
     def run(self) -> WorkerStats:
+        self._size()
         threads = [
             threading.Thread(target=self._loop, args=(i,), name=f"kbpg-worker-{i}", daemon=True)
             for i in range(self.concurrency)
@@ -123,7 +202,16 @@ class Worker:
     def _connect(self) -> Any:
         import psycopg
 
-        return psycopg.connect(self.dsn, autocommit=True, application_name="kbpg-worker")
+        conn = psycopg.connect(self.dsn, autocommit=True, application_name="kbpg-worker")
+        # kb.onnx_threads before this server process loads the model (kb.python_init reads
+        # it); unset, the server's own stands. synchronous_commit: see durable_commits.
+        conn.execute(
+            "SELECT CASE WHEN %(threads)s <> '' "
+            "            THEN set_config('kb.onnx_threads', %(threads)s, false) END, "
+            "       CASE WHEN %(quick)s THEN set_config('synchronous_commit', 'off', false) END",
+            {"threads": str(self._onnx_threads or ""), "quick": not self.durable_commits},
+        )
+        return conn
 
     def _listen(self) -> None:
         import psycopg
@@ -178,11 +266,13 @@ class Worker:
 
         worker_id = f"{self.name}:{index}"
         conn = None
+        threads = self._onnx_threads  # kb.onnx_threads as this connection last set it
         backoff = 0.5
         while not self.stop_event.is_set():
             try:
                 if conn is None or conn.closed:
                     conn = self._connect()
+                    threads = self._onnx_threads
                     backoff = 0.5
                 # A claim's jobs are one KB's (kb.claim_jobs).
                 jobs = conn.execute(
@@ -226,6 +316,13 @@ class Worker:
                             (job[0], [j[1] for j in jobs[n:]], worker_id),
                         )
                         renewed = time.monotonic()
+                    if self._per_job_threads:
+                        busy = max(1, sum(not idle for idle in self._idle))
+                        if max(1, self._cpus // busy) != threads:
+                            threads = max(1, self._cpus // busy)
+                            conn.execute(
+                                "SELECT set_config('kb.onnx_threads', %s, false)", (str(threads),)
+                            )
                     self._run_job(conn, worker_id, job)
             except psycopg.OperationalError as exc:
                 log.warning(

@@ -120,6 +120,17 @@ COMMENT ON FUNCTION kb.python_init() IS
   'Puts kbpg''s PL/Python packages on sys.path (setting kb.python_path, default '
   '/usr/local/lib/kbpg/pythonX.Y); called by every PL/Python function of kb, once per session.';
 
+CREATE OR REPLACE FUNCTION kb.server_cpu_count() RETURNS integer
+LANGUAGE plpython3u STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+import os
+return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+$$;
+COMMENT ON FUNCTION kb.server_cpu_count() IS
+  'The CPU cores a server process may run on: the worker sizes its connections and each '
+  'one''s ONNX threads by it (the local model runs in the server, not in the worker).';
+
 CREATE OR REPLACE FUNCTION kb._py_validate_config(kind text, config jsonb, strategy text) RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp

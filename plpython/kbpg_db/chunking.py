@@ -186,40 +186,38 @@ def _token_boundaries(text: str) -> tuple[list[int], list[int]]:
     """Character offset of every token boundary of ``text`` (first 0, last len(text)),
     and the number of tokens before each. A character split over several tokens (common
     in CJK) has no boundary inside it, so the two lists differ."""
-    enc = tokens.encoding()
-    ids = enc.encode(text, disallowed_special=())
+    ids = tokens.encoding().encode(text, disallowed_special=())
     if not ids:
         return ([0, len(text)], [0, 0]) if text else ([0], [0])
     raw = text.encode("utf-8", errors="surrogatepass")
-    byte_ends = np.cumsum([len(b) for b in enc.decode_tokens_bytes(ids)])
+    byte_ends = np.cumsum(tokens.byte_lengths()[ids])
     # A byte is the start of a character unless it is a UTF-8 continuation byte; the
     # character offset of a byte boundary is the number of characters begun before it.
     starts = (np.frombuffer(raw, dtype=np.uint8) & 0xC0) != 0x80
     chars_before = np.concatenate(([0], np.cumsum(starts)))
-    bounds = [0, *chars_before[np.minimum(byte_ends, len(raw))].tolist()]
+    bounds = np.concatenate(([0], chars_before[np.minimum(byte_ends, len(raw))]))
     bounds[-1] = len(text)
-    # Monotone, deduplicated (a multi-byte character split across tokens maps twice).
-    out, count = [0], [0]
-    for n, b in enumerate(bounds[1:], start=1):
-        if b > out[-1]:
-            out.append(int(b))
-            count.append(n)
-        else:
-            count[-1] = n
-    return out, count
+    # Monotone, deduplicated (a multi-byte character split across tokens maps twice): of
+    # equal offsets the last stands, with the most tokens before it.
+    last = np.flatnonzero(np.diff(bounds, append=bounds[-1] + 1))
+    return bounds[last].tolist(), last.tolist()
 
 
 def _break_priorities(text: str, bounds: list[int], allowed: tuple[int, ...]) -> list[int]:
-    prio = [-1] * len(bounds)
+    prio = np.full(len(bounds), -1, dtype=np.int64)
+    at = np.asarray(bounds)
     for pattern, level, side in _BREAKS:
         if level not in allowed:
             continue
-        for m in pattern.finditer(text):
-            c = m.end() if side == "end" else m.start()
-            i = bisect.bisect_left(bounds, c)
-            if i < len(bounds) and bounds[i] == c and prio[i] < level:
-                prio[i] = level
-    return prio
+        cuts = np.fromiter(
+            (m.end() if side == "end" else m.start() for m in pattern.finditer(text)),
+            dtype=np.int64,
+        )
+        i = np.searchsorted(at, cuts)
+        inside = i < len(at)
+        i = i[inside][at[i[inside]] == cuts[inside]]  # cuts that fall on a boundary
+        prio[i] = np.maximum(prio[i], level)
+    return prio.tolist()
 
 
 def _windows(

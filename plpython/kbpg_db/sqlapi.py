@@ -157,9 +157,15 @@ def build_document(
     """
     import time
 
-    from kbpg_db import llm, strategies
+    from kbpg_db import config, llm, strategies
 
     cfg = _indexing(indexing_config)
+    if cfg.embedding_model == config.LOCAL_MODEL:
+        # The worker sets kb.onnx_threads by how many of its connections are busy.
+        from kbpg_db import embedding
+
+        threads = plpy.execute("SELECT current_setting('kb.onnx_threads', true) AS t")[0]["t"]
+        embedding.use_threads(int(threads) if threads and threads.isdigit() else None)
     progress: list[str] = []
     layer: llm.Llm | None = None
     if cfg.uses_llm:
@@ -241,10 +247,11 @@ def prefetch_embeddings(plpy: Any, kb_id: int, job_ids: list[int], worker: str) 
     from kbpg_db.strategies import chunk_embed
 
     embedding.clear_ahead()
+    # The settings first, the texts only of the documents that take part: a local model
+    # (none does) costs one small query per claim.
     rows = plpy.execute(
         plpy.prepare(
-            "SELECT d.title, d.content, d.page_starts, "
-            "       coalesce(d.source_meta, '{}') || d.metadata AS metadata, "
+            "SELECT j.id, d.title, coalesce(d.source_meta, '{}') || d.metadata AS metadata, "
             "       i.indexing_config || coalesce(d.chunking, '{}') AS config "
             "FROM kb.job j JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
             "JOIN kb.kb_index i ON i.kb_id = j.kb_id AND i.id = j.index_id "
@@ -257,13 +264,30 @@ def prefetch_embeddings(plpy: Any, kb_id: int, job_ids: list[int], worker: str) 
         ),
         [kb_id, job_ids, worker],
     )
-    groups: dict[str, tuple[Any, list[str]]] = {}
-    total = 0
+    chosen: dict[int, Any] = {}
     for row in rows:
         try:
             cfg = _indexing(row["config"])
-            if not chunk_embed.batchable(cfg, row["title"], _json(row["metadata"]) or {}):
-                continue
+        except ValueError:
+            continue  # the job's own build reports it
+        if chunk_embed.batchable(cfg, row["title"], _json(row["metadata"]) or {}):
+            chosen[row["id"]] = cfg
+    if not chosen:
+        return 0
+    bodies = plpy.execute(
+        plpy.prepare(
+            "SELECT j.id, d.content, d.page_starts FROM kb.job j "
+            "JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
+            "WHERE j.kb_id = $1 AND j.id = ANY ($2) ORDER BY j.id",
+            ["integer", "bigint[]"],
+        ),
+        [kb_id, list(chosen)],
+    )
+    groups: dict[str, tuple[Any, list[str]]] = {}
+    total = 0
+    for row in bodies:
+        cfg = chosen[row["id"]]
+        try:
             chunks = chunk_embed.chunk_rows(row["content"], cfg, row["page_starts"])
         except ValueError:
             continue  # the job's own build reports it

@@ -44,6 +44,22 @@ def encoding() -> Any:
     return tiktoken.get_encoding(ENCODING)
 
 
+@lru_cache(maxsize=1)
+def byte_lengths() -> Any:
+    """Each cl100k_base token's length in UTF-8 bytes (a numpy array indexed by token id,
+    built once per process): a text's token boundaries without decoding its tokens."""
+    import numpy as np
+
+    enc = encoding()
+    out = np.zeros(enc.max_token_value + 1, dtype=np.int64)
+    for token in range(enc.max_token_value + 1):
+        try:
+            out[token] = len(enc.decode_single_token_bytes(token))
+        except KeyError:  # an id the vocabulary skips
+            pass
+    return out
+
+
 def count(text: str) -> int:
     """Number of cl100k_base tokens in ``text``."""
     return len(encoding().encode(text, disallowed_special=()))

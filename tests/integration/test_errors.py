@@ -497,6 +497,7 @@ NO_BAD_INPUT = {
     "list_knowledge_bases": "any flags and team name give a listing (maybe empty)",
     "list_teams": "no arguments",
     "queue_status": "no arguments",
+    "server_cpu_count": "no arguments",
     "python_init": "no arguments (its install errors: test_llm.py::test_version_handshake)",
     "count_tokens": "any text has a token count",
     "query_lexemes": "any text has lexemes (an unknown index has none)",

@@ -291,6 +291,36 @@ def test_poison_document_retries_then_errors(
     assert job[0] == "failed" and job[1] == 3 and "poison" in job[2]
 
 
+def test_worker_sizes_itself_by_the_servers_cores(
+    client: Client, conn: psycopg.Connection, dsn: str
+) -> None:
+    from kbpg.worker import AUTO_MAX_CONNECTIONS, Worker
+
+    cpus = conn.execute("SELECT kb.server_cpu_count()").fetchone()[0]
+    assert cpus >= 1
+    worker = Worker(dsn, once=True, poll_interval=0.1)
+    worker._size()
+    assert worker.concurrency == min(AUTO_MAX_CONNECTIONS, cpus)
+    probe = "SELECT current_setting('kb.onnx_threads', true), current_setting('synchronous_commit')"
+    # The test cluster's configuration sets kb.onnx_threads = 1: it stands. A job's commit
+    # does not wait for the disk unless asked to.
+    with worker._connect() as c:
+        assert c.execute(probe).fetchone() == ("1", "off")
+    # Durable commits leave synchronous_commit as the server has it.
+    server = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()[0]
+    asked = Worker(dsn, once=True, concurrency=1, model_threads=2, durable_commits=True)
+    asked._size()
+    with asked._connect() as c:
+        assert c.execute(probe).fetchone() == ("2", server)
+    # Sized by itself, it drains a queue like any other.
+    client.create_knowledge_base("sized")
+    for i in range(6):
+        client.add_text("sized", f"d{i}", f"document number {i} about sizing")
+    stats = worker.run()
+    assert stats.done == 6 and stats.failed == 0
+    assert {d["status"] for d in client.document_status("sized")} == {"ready"}
+
+
 def test_claims_never_overlap(client: Client, conn: psycopg.Connection, dsn: str) -> None:
     client.create_knowledge_base("q")
     for i in range(20):

@@ -253,3 +253,44 @@ def test_paragraph_chunker_keeps_a_code_block_with_blank_lines_whole() -> None:
     text = f"Intro paragraph.\n\n{code}\n\nOutro paragraph."
     chunks = chunk_text(text, "paragraph", 30, 0)
     assert any(code in c.content for c in chunks)
+
+
+def _boundaries_by_decoding(text: str) -> tuple[list[int], list[int]]:
+    """_token_boundaries the plain way: decode each token, walk the characters."""
+    enc = tokens.encoding()
+    ids = enc.encode(text, disallowed_special=())
+    raw = text.encode("utf-8", errors="surrogatepass")
+    out, count, byte_pos = [0], [0], 0
+    for n, token in enumerate(ids, start=1):
+        byte_pos = min(byte_pos + len(enc.decode_single_token_bytes(token)), len(raw))
+        chars = len(raw[:byte_pos].decode("utf-8", errors="ignore"))
+        # a character begun but not finished counts as begun
+        if byte_pos < len(raw) and (raw[byte_pos] & 0xC0) == 0x80:
+            chars += 1
+        chars = len(text) if n == len(ids) else chars
+        if chars > out[-1]:
+            out.append(chars)
+            count.append(n)
+        else:
+            count[-1] = n
+    return (out, count) if ids else (([0, len(text)], [0, 0]) if text else ([0], [0]))
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([*"ab Zé\n\t.,", "缓存", "策略", "😀", "—", "ß", "\u211d", "\u0301", "  "]),
+        max_size=60,
+    ).map("".join)
+)
+def test_token_boundaries_match_decoding_each_token(text: str) -> None:
+    from kbpg_db.chunking import _token_boundaries
+
+    assert _token_boundaries(text) == _boundaries_by_decoding(text)
+
+
+def test_token_byte_lengths_are_the_decoded_tokens() -> None:
+    enc = tokens.encoding()
+    lengths = tokens.byte_lengths()
+    for token in (0, 1, 220, 1000, 50000, 100000, enc.max_token_value):
+        assert lengths[token] == len(enc.decode_single_token_bytes(token))
