@@ -318,8 +318,8 @@ class Worker:
                         renewed = time.monotonic()
                     if self._per_job_threads:
                         busy = max(1, sum(not idle for idle in self._idle))
-                        if max(1, self._cpus // busy) != threads:
-                            threads = max(1, self._cpus // busy)
+                        if (want := max(1, self._cpus // busy)) != threads:
+                            threads = want
                             conn.execute(
                                 "SELECT set_config('kb.onnx_threads', %s, false)", (str(threads),)
                             )

@@ -190,7 +190,7 @@ def _token_boundaries(text: str) -> tuple[list[int], list[int]]:
     if not ids:
         return ([0, len(text)], [0, 0]) if text else ([0], [0])
     raw = text.encode("utf-8", errors="surrogatepass")
-    byte_ends = np.cumsum(tokens.byte_lengths()[ids])
+    byte_ends = np.cumsum(tokens.byte_lengths(ids))
     # A byte is the start of a character unless it is a UTF-8 continuation byte; the
     # character offset of a byte boundary is the number of characters begun before it.
     starts = (np.frombuffer(raw, dtype=np.uint8) & 0xC0) != 0x80

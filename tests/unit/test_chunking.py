@@ -291,6 +291,7 @@ def test_token_boundaries_match_decoding_each_token(text: str) -> None:
 
 def test_token_byte_lengths_are_the_decoded_tokens() -> None:
     enc = tokens.encoding()
-    lengths = tokens.byte_lengths()
-    for token in (0, 1, 220, 1000, 50000, 100000, enc.max_token_value):
-        assert lengths[token] == len(enc.decode_single_token_bytes(token))
+    ids = [0, 1, 220, 1000, 50000, 100000, enc.max_token_value, 220]
+    lengths = tokens.byte_lengths(ids)
+    for token, length in zip(ids, lengths.tolist(), strict=True):
+        assert length == len(enc.decode_single_token_bytes(token))
