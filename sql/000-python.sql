@@ -20,7 +20,7 @@ BEGIN
       page         integer,
       char_start   integer,
       char_end     integer,
-      embedding    real[]
+      embedding    text          -- pgvector's text form (migrations/019)
     );
   END IF;
   IF to_regtype('kb.build_result') IS NULL THEN

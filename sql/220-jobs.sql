@@ -74,6 +74,7 @@ DECLARE
   v_tried  integer[];
   v_n      integer;
   v_active bigint;
+  v_claimed kb.job[];
 BEGIN
   IF coalesce(btrim(worker), '') = '' THEN
     RAISE EXCEPTION 'worker must name the worker claiming the jobs'
@@ -114,7 +115,6 @@ BEGIN
   END IF;
   v_tried := ARRAY[v_kb];
   LOOP
-    RETURN QUERY
     WITH c AS (
       SELECT j.id FROM kb.job j
        WHERE j.kb_id = v_kb
@@ -123,14 +123,15 @@ BEGIN
        ORDER BY j.run_after, j.id
        LIMIT max_jobs
        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+      UPDATE kb.job j
+         SET status = 'running', attempts = j.attempts + 1, locked_by = worker,
+             locked_until = now() + make_interval(secs => claim_jobs.lease_seconds),
+             started_at = now(), lease_seconds = claim_jobs.lease_seconds
+        FROM c WHERE j.kb_id = v_kb AND j.id = c.id
+      RETURNING j.*
     )
-    UPDATE kb.job j
-       SET status = 'running', attempts = j.attempts + 1, locked_by = worker,
-           locked_until = now() + make_interval(secs => claim_jobs.lease_seconds),
-           started_at = now(), lease_seconds = claim_jobs.lease_seconds
-      FROM c WHERE j.kb_id = v_kb AND j.id = c.id
-    RETURNING j.*;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    SELECT array_agg(claimed), count(*) INTO v_claimed, v_n FROM claimed;
     EXIT WHEN v_n > 0;
     SELECT j.kb_id INTO v_kb FROM kb.job j
      WHERE ((j.status = 'queued' AND j.run_after <= now())
@@ -143,10 +144,13 @@ BEGIN
     v_tried := v_tried || v_kb;
   END LOOP;
   SELECT active_index_id INTO v_active FROM kb.knowledge_base WHERE id = v_kb;
+  -- By the claimed jobs' documents (their keys): a join with the KB's running jobs would
+  -- cost the queue's length for each pending document.
   UPDATE kb.document d SET status = 'indexing', updated_at = now()
-    FROM kb.job j
-   WHERE j.kb_id = v_kb AND d.kb_id = v_kb AND j.locked_by = worker AND j.status = 'running'
-     AND d.id = j.document_id AND j.index_id = v_active AND d.status = 'pending';
+   WHERE d.kb_id = v_kb AND d.status = 'pending'
+     AND d.id = ANY (ARRAY(SELECT x.document_id FROM unnest(v_claimed) x
+                            WHERE x.index_id = v_active));
+  RETURN QUERY SELECT * FROM unnest(v_claimed);
 END
 $$;
 COMMENT ON FUNCTION kb.claim_jobs(text, integer, double precision) IS
@@ -270,6 +274,7 @@ DECLARE
   v_ids  jsonb;
   v_err  text;
   v_kb   integer;
+  v_hw   integer;
 BEGIN
   -- The row lock is held until this transaction ends: while this backend works, no
   -- other worker can claim the job, even if its lease runs out.
@@ -353,6 +358,7 @@ BEGIN
     RETURN 'superseded';
   END IF;
   DELETE FROM kb.chunk c WHERE c.kb_id = v_kb AND c.document_id = v_doc.id AND c.index_id = v_ix.id;
+  v_hw := kb._heading_weight(v_ix.indexing_config);
   WITH payload AS (
     SELECT c.*, kb.chunk_tsvector(v_ix.indexing_config, c.embed_text, c.heading_path) AS tsv
     FROM unnest(v_res.chunks) c
@@ -361,11 +367,12 @@ BEGIN
                           heading_path, page, char_start, char_end, metadata, tsv, doc_len)
     SELECT v_ix.id, v_ix.kb_id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
            p.char_start, p.char_end, v_doc.metadata, p.tsv,
-           kb.tsvector_length(p.tsv, kb._heading_weight(v_ix.indexing_config))
+           kb.tsvector_length(p.tsv, v_hw)
     FROM payload p
     RETURNING id, ordinal
   ), vec AS (
     INSERT INTO kb.embedding (chunk_id, index_id, kb_id, embedding)
+    -- p.embedding is pgvector's text form (kbpg_db.embedding.vector_literal).
     SELECT ins.id, v_ix.id, v_ix.kb_id, p.embedding::vector
     FROM ins JOIN payload p USING (ordinal)
     WHERE p.embedding IS NOT NULL

@@ -295,3 +295,22 @@ def test_token_byte_lengths_are_the_decoded_tokens() -> None:
     lengths = tokens.byte_lengths(ids)
     for token, length in zip(ids, lengths.tolist(), strict=True):
         assert length == len(enc.decode_single_token_bytes(token))
+
+
+def test_embedded_token_counts_are_those_of_the_embedded_texts() -> None:
+    """The local model's tokens_embedded reuses the chunker's counts where a chunk is
+    embedded as it is, and counts the heading path or title line where one leads it."""
+    from kbpg_db.config import IndexingConfig
+    from kbpg_db.strategies import chunk_embed
+
+    text = "Guide title\n\nIntro words here.\n\n# Setup\n\nInstall it.\n\n## Linux\n\n" + (
+        "apt install the package and configure it. " * 30
+    )
+    for title_line in (False, True):
+        cfg = IndexingConfig(chunk_size=40, chunk_overlap=0, title_line=title_line)
+        rows = chunk_embed.chunk_rows(text, cfg, None)
+        assert any(r["embed_text"] == r["content"] for r in rows)
+        assert any(r["embed_text"] != r["content"] for r in rows)
+        assert chunk_embed.embedded_token_counts(rows) == [
+            tokens.count(r["embed_text"]) for r in rows
+        ]

@@ -60,3 +60,26 @@ def test_vectors_embedded_ahead_are_taken_once_and_only_whole() -> None:
     other = IndexingConfig(embedding_model="openai/text-embedding-3-small", api_key_name="K")
     assert embedding.take_ahead(other, ["delta text"]) is None
     embedding.clear_ahead()
+
+
+def test_vector_literals_give_every_float32_back_exactly() -> None:
+    """What kb.chunk_payload carries to vector_in: float32 values round-trip bit for bit,
+    float64 ones (a provider's JSON) come back as real[] rounded them, and an empty
+    vector is an error that says so."""
+    rng = np.random.default_rng(7)
+    vec32 = rng.normal(size=384).astype(np.float32)
+    extremes = np.array([1e-45, -3.4028235e38, 1.1754944e-38, 0.0, -0.0, 1.0], np.float32)
+    for vec in (vec32, extremes):
+        text = embedding.vector_literal(vec.tolist())
+        assert text.startswith("[") and text.endswith("]") and " " not in text
+        back = np.array(text[1:-1].split(","), dtype=np.float32)
+        assert back.tobytes() == vec.tobytes()
+    vec64 = rng.normal(size=16).tolist()
+    back = np.array(embedding.vector_literal(vec64)[1:-1].split(","), dtype=np.float32)
+    assert back.tobytes() == np.asarray(vec64, dtype=np.float32).tobytes()
+    try:
+        embedding.vector_literal([])
+    except ValueError as exc:
+        assert "no dimensions" in str(exc)
+    else:
+        raise AssertionError("an empty vector was accepted")

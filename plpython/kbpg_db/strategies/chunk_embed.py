@@ -52,6 +52,15 @@ def payload(chunks: list[chunking.Chunk], page_starts: list[int] | None) -> list
     ]
 
 
+def embedded_token_counts(rows: list[Any]) -> list[int]:
+    """The cl100k tokens of each row's embedded text: the chunker's count where that text
+    is the chunk itself (no heading path or title line ahead of it), counted otherwise."""
+    return [
+        r["token_count"] if r["embed_text"] == r["content"] else tokens.count(r["embed_text"])
+        for r in rows
+    ]
+
+
 def batchable(cfg: IndexingConfig, title: str, metadata: dict[str, Any]) -> bool:
     """Whether a document's chunks are worth embedding ahead, with other documents': a
     remote provider's (requests are what it costs; a local model on the CPU is as fast
@@ -97,10 +106,10 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     ctx.report(f"embedding {len(texts)} chunks")
     # Embedded ahead with other documents' chunks (kb.prefetch_embeddings), or now.
     result = embedding.take_ahead(cfg, texts) or embedding.embed(
-        cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts]
+        cfg, texts, ctx.embedding_key, embedded_token_counts(rows)
     )
     for row, vec in zip(rows, result.vectors, strict=True):
-        row["embedding"] = vec
+        row["embedding"] = embedding.vector_literal(vec)
     spent_tokens, cost = result.tokens, result.cost_usd
     if artifacts is not None:  # the entity names the graph embedded count too
         extra = artifacts.pop("embedded")

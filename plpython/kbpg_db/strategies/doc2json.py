@@ -512,7 +512,7 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         "page": 1 if doc.page_starts else None,
         "char_start": 0,
         "char_end": len(text),
-        "embedding": vec.vectors[0],
+        "embedding": embedding.vector_literal(vec.vectors[0]),
     }
     artifacts = {
         "fields": values,

@@ -343,7 +343,7 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     ctx.report(f"embedding {len(texts)} sections")
     result = embedding.embed(cfg, texts, ctx.embedding_key, [tokens.count(t) for t in texts])
     for row, vec in zip(built.chunks, result.vectors, strict=True):
-        row["embedding"] = vec
+        row["embedding"] = embedding.vector_literal(vec)
     assert built.artifacts is not None
     built.artifacts["edges"] = [
         {
