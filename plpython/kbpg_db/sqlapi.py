@@ -336,9 +336,7 @@ def prepare_query(
     key = api_key(plpy, icfg.api_key_name or _default_key_name(icfg.embedding_model))
     try:
         embedded = embedding.embed(icfg, [query], key, query=True)
-        # An array literal, read by array_in (kb.prepared_query_text): repr round-trips
-        # each float32 exactly.
-        out["embedding"] = "{" + ",".join(map(repr, embedded.vectors[0])) + "}"
+        out["embedding"] = embedding.array_literal(embedded.vectors[0])
         out["usage"] = json.dumps(
             {
                 "embedding": {

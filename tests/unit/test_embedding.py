@@ -63,9 +63,9 @@ def test_vectors_embedded_ahead_are_taken_once_and_only_whole() -> None:
 
 
 def test_vector_literals_give_every_float32_back_exactly() -> None:
-    """What kb.chunk_payload carries to vector_in: float32 values round-trip bit for bit,
-    float64 ones (a provider's JSON) come back as real[] rounded them, and an empty
-    vector is an error that says so."""
+    """What kb.chunk_payload carries to vector_in (and a query to array_in): float32
+    values round-trip bit for bit, float64 ones (a provider's JSON) come back as real[]
+    rounded them, and an empty vector is an error that says so."""
     rng = np.random.default_rng(7)
     vec32 = rng.normal(size=384).astype(np.float32)
     extremes = np.array([1e-45, -3.4028235e38, 1.1754944e-38, 0.0, -0.0, 1.0], np.float32)
@@ -74,6 +74,8 @@ def test_vector_literals_give_every_float32_back_exactly() -> None:
         assert text.startswith("[") and text.endswith("]") and " " not in text
         back = np.array(text[1:-1].split(","), dtype=np.float32)
         assert back.tobytes() == vec.tobytes()
+        # The query path's real[] literal carries the same text.
+        assert embedding.array_literal(vec.tolist()) == "{" + text[1:-1] + "}"
     vec64 = rng.normal(size=16).tolist()
     back = np.array(embedding.vector_literal(vec64)[1:-1].split(","), dtype=np.float32)
     assert back.tobytes() == np.asarray(vec64, dtype=np.float32).tobytes()
