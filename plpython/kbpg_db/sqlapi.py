@@ -247,6 +247,7 @@ def prefetch_embeddings(plpy: Any, kb_id: int, job_ids: list[int], worker: str) 
     from kbpg_db.strategies import chunk_embed
 
     embedding.clear_ahead()
+    chunk_embed.clear_rows_ahead()
     # The settings first, the texts only of the documents that take part: a local model
     # (none does) costs one small query per claim.
     rows = plpy.execute(
@@ -288,7 +289,7 @@ def prefetch_embeddings(plpy: Any, kb_id: int, job_ids: list[int], worker: str) 
     for row in bodies:
         cfg = chosen[row["id"]]
         try:
-            chunks = chunk_embed.chunk_rows(row["content"], cfg, row["page_starts"])
+            chunks = chunk_embed.rows_ahead(row["content"], cfg, row["page_starts"])
         except ValueError:
             continue  # the job's own build reports it
         if total and total + len(chunks) > PREFETCH_MAX_CHUNKS:

@@ -314,3 +314,37 @@ def test_embedded_token_counts_are_those_of_the_embedded_texts() -> None:
         assert chunk_embed.embedded_token_counts(rows) == [
             tokens.count(r["embed_text"]) for r in rows
         ]
+
+
+def test_a_document_cut_ahead_is_built_from_those_rows_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kb.prefetch_embeddings cuts its documents' chunks; each job's build takes those rows
+    instead of cutting again, only for the same text and settings, and only once."""
+    from kbpg_db import chunking
+    from kbpg_db.config import IndexingConfig
+    from kbpg_db.strategies import BuildContext, Document, chunk_embed
+
+    text = "# Setup\n\n" + "Install the package and configure it. " * 40
+    cfg = IndexingConfig(chunk_size=40, chunk_overlap=0)
+    fresh = chunk_embed.build(Document("Guide", text, None, {}), cfg, BuildContext(None, None))
+    chunk_embed.clear_rows_ahead()
+    ahead = chunk_embed.rows_ahead(text, cfg, None)
+    cuts = []
+    real_chunk_text = chunking.chunk_text
+    monkeypatch.setattr(
+        chunking, "chunk_text", lambda *a, **k: cuts.append(1) or real_chunk_text(*a, **k)
+    )
+    # Another text or other settings do not take them.
+    assert chunk_embed.take_rows(text + " more", cfg, None) is None
+    assert chunk_embed.take_rows(text, IndexingConfig(chunk_size=41, chunk_overlap=0), None) is None
+    built = chunk_embed.build(Document("Guide", text, None, {}), cfg, BuildContext(None, None))
+    assert not cuts and built.chunks is ahead
+    assert [{**r, "embedding": None} for r in built.chunks] == [
+        {**r, "embedding": None} for r in fresh.chunks
+    ]
+    assert [r["embedding"] for r in built.chunks] == [r["embedding"] for r in fresh.chunks]
+    # Taken once: the next build of the same text cuts it again.
+    chunk_embed.build(Document("Guide", text, None, {}), cfg, BuildContext(None, None))
+    assert cuts == [1]
+    chunk_embed.rows_ahead(text, cfg, None)
+    chunk_embed.clear_rows_ahead()
+    assert chunk_embed.take_rows(text, cfg, None) is None

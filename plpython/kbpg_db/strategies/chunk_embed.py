@@ -8,6 +8,33 @@ from kbpg_db import chunking, code_graph, embedding, knowledge_graph, tokens
 from kbpg_db.config import LOCAL_MODEL, MULTILINGUAL_MODEL, IndexingConfig
 from kbpg_db.strategies import BuildContext, Built, Document
 
+# The rows kb.prefetch_embeddings cut for the documents it embedded ahead, kept in this
+# server process for their jobs' own builds (rows_ahead, take_rows), so a batched document
+# is chunked once: by the settings, the text and its page starts.
+_rows_ahead: dict[tuple[str, str, tuple[int, ...] | None], list[Any]] = {}
+
+
+def _rows_key(
+    content: str, cfg: IndexingConfig, page_starts: list[int] | None
+) -> tuple[str, str, tuple[int, ...] | None]:
+    return cfg.model_dump_json(), content, tuple(page_starts) if page_starts else None
+
+
+def rows_ahead(content: str, cfg: IndexingConfig, page_starts: list[int] | None) -> list[Any]:
+    """chunk_rows for a document embedded ahead of its job, kept for the job's build."""
+    rows = chunk_rows(content, cfg, page_starts)
+    _rows_ahead[_rows_key(content, cfg, page_starts)] = rows
+    return rows
+
+
+def take_rows(content: str, cfg: IndexingConfig, page_starts: list[int] | None) -> list[Any] | None:
+    """The rows rows_ahead kept for this text and these settings (taken out), or None."""
+    return _rows_ahead.pop(_rows_key(content, cfg, page_starts), None)
+
+
+def clear_rows_ahead() -> None:
+    _rows_ahead.clear()
+
 
 def chunk_rows(
     content: str, cfg: IndexingConfig, page_starts: list[int] | None, api_key: str | None = None
@@ -94,7 +121,9 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     if graph is not None and cfg.code_chunking:
         rows = code_rows(graph, doc.content, cfg)
     else:
-        rows = chunk_rows(doc.content, cfg, doc.page_starts, ctx.embedding_key)
+        rows = take_rows(doc.content, cfg, doc.page_starts) or chunk_rows(
+            doc.content, cfg, doc.page_starts, ctx.embedding_key
+        )
     # The graph first: its LLM calls may take several steps, and each step starts over
     # (cached answers make that cheap); embedding once, in the last.
     artifacts = None
