@@ -316,7 +316,9 @@ def test_embedded_token_counts_are_those_of_the_embedded_texts() -> None:
         ]
 
 
-def test_a_document_cut_ahead_is_built_from_those_rows_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_document_cut_ahead_is_built_from_those_rows_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """kb.prefetch_embeddings cuts its documents' chunks; each job's build takes those rows
     instead of cutting again, only for the same text and settings, and only once."""
     from kbpg_db import chunking

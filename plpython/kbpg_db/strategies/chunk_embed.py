@@ -28,7 +28,11 @@ def rows_ahead(content: str, cfg: IndexingConfig, page_starts: list[int] | None)
 
 
 def take_rows(content: str, cfg: IndexingConfig, page_starts: list[int] | None) -> list[Any] | None:
-    """The rows rows_ahead kept for this text and these settings (taken out), or None."""
+    """The rows rows_ahead kept for this text and these settings (taken out), or None.
+    Every ChunkEmbed build asks; with nothing kept (the local model never is) it builds
+    no key."""
+    if not _rows_ahead:
+        return None
     return _rows_ahead.pop(_rows_key(content, cfg, page_starts), None)
 
 
