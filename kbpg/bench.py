@@ -701,98 +701,142 @@ def _ingest_remote(
     return out
 
 
-def _raw_share(texts: list[str], start: Any, results: Any) -> None:
-    """One process of the raw model at one ONNX thread (kbpg.bench's raw_model figure):
-    loads and warms, waits for the others, embeds its share, reports when it ran."""
+def _raw_server(threads: int, barrier: Any, warm: list[str], commands: Any, results: Any) -> None:
+    """A process of the raw model (kbpg.bench's raw_model figure): loads it at ``threads``
+    ONNX threads and warms it, then for each list of texts it is sent waits for the other
+    processes of its group, embeds them in batches of 64 and reports when it ran."""
     from kbpg_db.embedding import LocalMiniLM
 
-    model = LocalMiniLM(threads=1)
-    model.embed(texts[:64])
-    start.wait()
-    t0 = time.time()
-    model.embed(texts, batch_size=64)
-    results.put((t0, time.time()))
+    model = LocalMiniLM(threads=threads)
+    model.embed(warm)
+    results.put(None)
+    while (texts := commands.get()) is not None:
+        barrier.wait()
+        t0 = time.time()
+        model.embed(texts, batch_size=64)
+        results.put((t0, time.time()))
 
 
-def _raw_processes(chunks: list[str], n: int) -> float:
-    """The model's throughput as ``n`` processes of one thread each (how the worker's
-    connections run it), chunks/s over the span from the first start to the last end."""
-    import multiprocessing
+class _RawModel:
+    """The raw model as ``processes`` processes of ``threads`` ONNX threads each, loaded
+    once and kept (a measurement costs only the embedding): ``rate(texts)`` embeds the texts
+    shared out over the processes, in chunks/s from the first start to the last end."""
 
-    ctx = multiprocessing.get_context("spawn")
-    start, results = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_raw_share, args=(chunks[i::n], start, results)) for i in range(n)]
-    for p in procs:
-        p.start()
-    spans = [results.get(timeout=900) for _ in procs]
-    for p in procs:
-        p.join()
-    return len(chunks) / (max(e for _, e in spans) - min(s for s, _ in spans))
+    def __init__(self, processes: int, threads: int, warm: list[str]) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        barrier, self.results = ctx.Barrier(processes), ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(processes)]
+        self.procs = [
+            ctx.Process(target=_raw_server, args=(threads, barrier, warm, q, self.results),
+                        daemon=True)
+            for q in self.commands
+        ]  # fmt: skip
+        for proc in self.procs:
+            proc.start()
+        for _ in self.procs:
+            self.results.get(timeout=600)
+
+    def rate(self, texts: list[str]) -> float:
+        n = len(self.commands)
+        for i, q in enumerate(self.commands):
+            q.put(texts[i::n])
+        spans = [self.results.get(timeout=900) for _ in self.commands]
+        return len(texts) / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+    def close(self) -> None:
+        for q in self.commands:
+            q.put(None)
+        for proc in self.procs:
+            proc.join(timeout=60)
 
 
-def _ingest_running_worker(
-    dsn: str, docs: list[Any], texts: list[str], warm: list[Any]
-) -> tuple[float, int]:
-    """Seconds from the commit that queues ``docs`` until all are ready, for a worker that
-    is already running (its connections have indexed ``warm`` first, so each server
-    process has loaded the model); and the worker's connection count."""
-    import threading
+class _RunningWorker:
+    """A `kbpg worker` with default settings, running in a thread over a new KB;
+    ``ingest(items)`` queues documents in one commit and returns the seconds until all are
+    ready. It waits for work on NOTIFY (polling every 2 s, its default), so between
+    ingestions it costs the machine next to nothing."""
 
-    import psycopg
+    def __init__(self, dsn: str, kb: str) -> None:
+        import threading
 
-    from kbpg.worker import Worker
+        import psycopg
 
-    worker = Worker(dsn, poll_interval=0.2)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT kb.drop_knowledge_base('bench-ingest', true)")
-        conn.execute("SELECT kb.create_knowledge_base('bench-ingest', '{}')")
+        from kbpg.worker import Worker
 
-        def queue(items: list[tuple[str, str]]) -> None:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.executemany("SELECT kb.add_document('bench-ingest', %s, %s)", items)
+        self.worker = Worker(dsn)
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.kb = kb
+        self.conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (kb,))
+        self.conn.execute("SELECT kb.create_knowledge_base(%s, '{}')", (kb,))
+        self.kb_id = scalar(self.conn, "SELECT id FROM kb.knowledge_base WHERE name = %s", (kb,))
+        self.queued = 0
+        self.thread.start()
 
-        kb_id = scalar(conn, "SELECT id FROM kb.knowledge_base WHERE name = 'bench-ingest'")
+    def ingest(self, items: list[tuple[str, str]]) -> float:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany("SELECT kb.add_document(%s, %s, %s)", [(self.kb, *i) for i in items])
+        t0 = time.perf_counter()
+        self.queued += len(items)
+        deadline, done0 = time.monotonic() + 1800, None
+        while (
+            done := scalar(
+                self.conn,
+                "SELECT count(*) FROM kb.document WHERE kb_id = %s AND status = 'ready'",
+                (self.kb_id,),
+            )
+        ) < self.queued:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the worker stopped before the documents were ready")
+            # The poll's own cost stays out of the figure: ten counts a second took
+            # 0.25 core-s of a 35 s run. A quarter of the time the rest should take at the
+            # rate so far (1 s at most, 20 ms at the least) keeps it to a few polls a second
+            # at most, and the end within a few tens of milliseconds.
+            done0 = done if done0 is None else done0
+            elapsed = time.perf_counter() - t0
+            rate = (done - done0) / elapsed if elapsed > 0 else 0.0
+            time.sleep(min(1.0, max(0.02, (self.queued - done) / rate / 4)) if rate > 0 else 0.1)
+        return time.perf_counter() - t0
 
-        def ready(n: int) -> None:
-            deadline = time.monotonic() + 1800
-            t0, done0 = time.monotonic(), None
-            while (
-                done := scalar(
-                    conn,
-                    "SELECT count(*) FROM kb.document WHERE kb_id = %s AND status = 'ready'",
-                    (kb_id,),
-                )
-            ) < n:
-                if not thread.is_alive() or time.monotonic() > deadline:
-                    raise RuntimeError("the worker stopped before the documents were ready")
-                # The poll's own cost stays out of the figure: ten counts a second took
-                # 0.25 core-s of a 35 s run. A quarter of the time the rest should take at the
-                # rate so far (1 s at most, 20 ms at the least) keeps it to ~60 polls and
-                # 0.05 core-s, and the end within a few tens of milliseconds.
-                done0 = done if done0 is None else done0
-                elapsed = time.monotonic() - t0
-                rate = (done - done0) / elapsed if elapsed > 0 else 0.0
-                time.sleep(min(1.0, max(0.02, (n - done) / rate / 4)) if rate > 0 else 0.1)
+    def close(self) -> int:
+        self.worker.stop()
+        self.thread.join()
+        self.conn.close()
+        return self.worker.concurrency
 
-        thread.start()
-        try:
-            queue(warm)
-            ready(len(warm))
-            queue([(d, t) for (d, _), t in zip(docs, texts, strict=True)])
-            t0 = time.perf_counter()
-            ready(len(warm) + len(docs))
-            seconds = time.perf_counter() - t0
-        finally:
-            worker.stop()
-            thread.join()
-    return seconds, worker.concurrency
+
+def ingest_ratio(
+    worker_seconds: list[float], chunks: list[int], raw_rates: dict[str, list[tuple[float, float]]]
+) -> dict[str, Any]:
+    """The worker against the raw model, from interleaved measurements: segment i's
+    ``chunks[i]`` took the worker ``worker_seconds[i]``, and each raw configuration ran at
+    ``raw_rates[c][i]`` = (chunks/s just before it, just after it). A segment's raw time is
+    its chunks at the mean of the two rates; the raw figure is the configuration with the
+    least raw time over all segments; ratio = its time / the worker's."""
+    if len(worker_seconds) != len(chunks) or any(len(r) != len(chunks) for r in raw_rates.values()):
+        raise ValueError("ingest_ratio: one worker time and one pair of raw rates per segment")
+    raw_seconds = {
+        c: [n / ((a + b) / 2) for n, (a, b) in zip(chunks, r, strict=True)]
+        for c, r in raw_rates.items()
+    }
+    best = min(raw_seconds, key=lambda c: sum(raw_seconds[c]))
+    total = sum(chunks)
+    return {
+        "raw_configuration": best,
+        "raw_model_chunks_per_s": round(total / sum(raw_seconds[best]), 1),
+        "worker_chunks_per_s": round(total / sum(worker_seconds), 1),
+        "ratio": round(sum(raw_seconds[best]) / sum(worker_seconds), 3),
+        "segment_ratios": [
+            round(r / w, 3) for r, w in zip(raw_seconds[best], worker_seconds, strict=True)
+        ],
+    }
 
 
 def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
     import psycopg
     from kbpg_db.chunking import chunk_text
-    from kbpg_db.embedding import LocalMiniLM
 
     from kbpg.client import Client
     from kbpg.evaluate import load_beir
@@ -802,60 +846,69 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
     data = load_beir(scifact_dir(), "test")
     docs = list(data.corpus.items())[-n_docs:]
     texts = [f"{t}\n{x}" for _, (t, x) in docs]
-    chunks = [c.embed_text for t in texts for c in chunk_text(t)]
+    doc_chunks = [[c.embed_text for c in chunk_text(t)] for t in texts]
+    chunks = [c for d in doc_chunks for c in d]
     with psycopg.connect(dsn, autocommit=True) as conn:
         cores = int(scalar(conn, "SELECT kb.server_cpu_count()"))
     threads = int(os.environ.get("KBPG_BENCH_THREADS", "0"))
 
-    def raw_one_process() -> float:
-        model = LocalMiniLM(threads=threads)
-        model.embed(chunks[:64])
-        t0 = time.perf_counter()
-        model.embed(chunks, batch_size=64)
-        return len(chunks) / (time.perf_counter() - t0)
-
-    def raw_runs() -> tuple[float, float]:
-        return raw_one_process(), _raw_processes(chunks, cores) if cores > 1 else 0.0
-
-    # Rounds of raw, worker, raw: this machine's speed drifts by tens of percent between
-    # minutes, so each worker run is set against the raw runs either side of it (each
-    # configuration's mean, the better configuration), and the figure is the rounds' median.
-    rounds = 1 if quick else 3
+    # This machine's speed drifts by tens of percent from one half-minute to the next (the
+    # same raw run: 32 to 47 chunks/s within three minutes), so whole runs of raw, worker,
+    # raw compared a worker run with raw runs a minute away from it. Instead the documents
+    # are ingested in segments (every n-th document, so the segments are alike), each
+    # between two short raw runs on the same chunks, with the raw model's processes and
+    # the worker's connections loaded and warm throughout.
+    segments = 2 if quick else 4
+    passes = 1 if quick else 2
+    configs = {f"1 process, {threads or cores} threads": (1, threads)}
+    if cores > 1:
+        configs[f"{cores} processes, 1 thread"] = (cores, 1)
     out: dict[str, Any] = {
-        "workload": f"{n_docs} SciFact documents, {len(chunks)} chunks (default config). "
-        "raw = the same model in this machine's processes, batch 64, warmed up: the better "
-        f"of one process with all cores' threads and {cores} processes of one thread each, "
-        "each the mean of its runs just before and just after the worker's. "
-        "worker = a running `kbpg worker` (default settings) from the commit that queues the "
-        f"documents until all are ready; ratio = the median of {rounds} rounds. "
-        "cold = started with them queued, loading the model in each connection"
+        "workload": f"{n_docs} SciFact documents, {len(chunks)} chunks (default config), "
+        f"ingested by a running `kbpg worker` (default settings) in {segments} like segments "
+        f"(document i in segment i mod {segments}), {passes} pass(es), each timed from the "
+        "commit that queues it until all are ready. raw = the same model in this machine's processes, "
+        "loaded and warm, batch 64, run on the segment's chunks just before and just after "
+        "it: the better of " + " and ".join(configs) + " over all segments. ratio = raw "
+        "time / worker time over all segments. cold = started with the documents queued, "
+        "loading the model in each connection"
     }
-    warm = [(d, f"{t}\n{x}") for d, (t, x) in list(data.corpus.items())[: 4 * cores]]
-    raws = [raw_runs()]
-    per_round: list[dict[str, Any]] = []
-    for _ in range(rounds):
-        seconds, connections = _ingest_running_worker(dsn, docs, texts, warm)
-        raws.append(raw_runs())
-        before, after = raws[-2], raws[-1]
-        raw_threads = (before[0] + after[0]) / 2
-        raw_procs = (before[1] + after[1]) / 2 if cores > 1 else raw_threads
-        raw = max(raw_threads, raw_procs)
-        e2e = len(chunks) / seconds
-        per_round.append(
-            {
-                "raw_model_chunks_per_s": round(raw, 1),
-                "raw_model_one_process_chunks_per_s": round(raw_threads, 1),
-                f"raw_model_{cores}_processes_chunks_per_s": round(raw_procs, 1),
-                "worker_chunks_per_s": round(e2e, 1),
-                "ratio": round(e2e / raw, 3),
-            }
-        )
-    median = sorted(per_round, key=lambda r: r["ratio"])[len(per_round) // 2]
-    out["raw_model_chunks_per_s"] = median["raw_model_chunks_per_s"]
+    raws = {name: _RawModel(n, t, chunks[:64]) for name, (n, t) in configs.items()}
+    parts = [
+        [c for i in range(s, len(docs), segments) for c in doc_chunks[i]] for s in range(segments)
+    ]
+    worker_seconds: list[float] = []
+    rates: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
+    try:
+
+        def measure(part: list[str]) -> dict[str, float]:
+            return {name: raw.rate(part) for name, raw in raws.items()}
+
+        for _ in range(passes):
+            running = _RunningWorker(dsn, "bench-ingest")
+            # Each connection's server process loads the model before the measurement.
+            running.ingest(
+                [(d, f"{t}\n{x}") for d, (t, x) in list(data.corpus.items())[: 4 * cores]]
+            )
+            before = measure(parts[0])
+            for s in range(segments):
+                idx = range(s, len(docs), segments)
+                worker_seconds.append(running.ingest([(docs[i][0], texts[i]) for i in idx]))
+                # Just after this segment, on the next one's chunks: also the next one's before.
+                after = measure(parts[min(s + 1, segments - 1)])
+                for name in configs:
+                    rates[name].append((before[name], after[name]))
+                before = after
+            connections = running.close()
+    finally:
+        for raw in raws.values():
+            raw.close()
+    out.update(ingest_ratio(worker_seconds, [len(p) for p in parts] * passes, rates))
     out["worker_connections"] = connections
-    out["worker_chunks_per_s"] = median["worker_chunks_per_s"]
-    out["ratio"] = median["ratio"]
-    out["rounds"] = per_round
+    # Per configuration and segment: (chunks/s just before, just after).
+    out["raw_rates_chunks_per_s"] = {
+        name: [[round(a, 1), round(b, 1)] for a, b in pairs] for name, pairs in rates.items()
+    }
     out["target"] = "ratio >= 0.9"
     _fresh_kb(dsn, "bench-ingest", {}, docs, texts)
     t0 = time.perf_counter()
