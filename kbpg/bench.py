@@ -765,12 +765,11 @@ class _RunningWorker:
 
         from kbpg.worker import Worker
 
+        _fresh_kb(dsn, kb, {}, [], [])
         self.worker = Worker(dsn)
         self.thread = threading.Thread(target=self.worker.run, daemon=True)
         self.conn = psycopg.connect(dsn, autocommit=True)
         self.kb = kb
-        self.conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (kb,))
-        self.conn.execute("SELECT kb.create_knowledge_base(%s, '{}')", (kb,))
         self.kb_id = scalar(self.conn, "SELECT id FROM kb.knowledge_base WHERE name = %s", (kb,))
         self.queued = 0
         self.thread.start()
@@ -874,9 +873,8 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
         "loading the model in each connection"
     }
     raws = {name: _RawModel(n, t, chunks[:64]) for name, (n, t) in configs.items()}
-    parts = [
-        [c for i in range(s, len(docs), segments) for c in doc_chunks[i]] for s in range(segments)
-    ]
+    members = [range(s, len(docs), segments) for s in range(segments)]
+    parts = [[c for i in idx for c in doc_chunks[i]] for idx in members]
     worker_seconds: list[float] = []
     rates: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
     try:
@@ -891,8 +889,7 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
                 [(d, f"{t}\n{x}") for d, (t, x) in list(data.corpus.items())[: 4 * cores]]
             )
             before = measure(parts[0])
-            for s in range(segments):
-                idx = range(s, len(docs), segments)
+            for s, idx in enumerate(members):
                 worker_seconds.append(running.ingest([(docs[i][0], texts[i]) for i in idx]))
                 # Just after this segment, on the next one's chunks: also the next one's before.
                 after = measure(parts[min(s + 1, segments - 1)])
