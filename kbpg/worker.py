@@ -36,6 +36,8 @@ log = logging.getLogger("kbpg.worker")
 
 CHANNEL = "kbpg_jobs"
 AUTO_MAX_CONNECTIONS = 4
+# A document this large (its text, in bytes) may take the cores of idle connections.
+LARGE_DOCUMENT_BYTES = 20_000
 
 
 class Outcome(enum.Enum):
@@ -85,6 +87,26 @@ def plan_connections(
     return n, max(1, cpus // n)
 
 
+def claim_size(queued: int, batch: int, concurrency: int) -> int:
+    """How many jobs a thread claims: ``batch``, or at the end of the queue (``queued`` jobs
+    due) half its share of them, so that the connections' last claims are small and they
+    run out of work together rather than one waiting on another's last claim (one
+    connection has no one to wait for: it takes what is due, up to ``batch``)."""
+    if concurrency == 1:
+        return max(1, min(batch, queued))
+    return max(1, min(batch, -(-queued // (2 * concurrency))))
+
+
+def job_threads(cpus: int, busy: int, share: int, size: int | None) -> int:
+    """The ONNX threads for a job: its connection's ``share`` of the cores, or, for a large
+    document (``size`` bytes of text or more; None: not converted yet, a file), the cores
+    over the connections ``busy`` now. A thread count's first job in a server process
+    loads the model for it (about 0.25 s), which only a long job repays."""
+    if size is not None and size < LARGE_DOCUMENT_BYTES:
+        return share
+    return max(1, cpus // max(1, busy))
+
+
 class Worker:
     def __init__(
         self,
@@ -131,6 +153,7 @@ class Worker:
         self.wake = threading.Event()
         self.stats = WorkerStats()
         self._idle = [True] * self.concurrency  # a thread is busy from its first claim
+        self._backlog = False  # the last claim left jobs queued for the other threads
 
     # --- signals ----------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -249,17 +272,15 @@ class Worker:
         ).fetchone()
         return int(row[0]) == 0
 
-    def _claim_size(self, conn: Any) -> int:
-        """How many jobs a thread claims at once: up to ``batch``, but no more than its share
-        of what is queued, so a short queue still spreads over the threads."""
-        if self.batch == 1:
-            return 1
+    def _claim_size(self, conn: Any) -> tuple[int, int]:
+        """How many jobs this thread claims (claim_size), and how many are due."""
         row = conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM kb.job WHERE status = 'queued' "
             "AND run_after <= now() LIMIT %s) q",
-            (self.batch * self.concurrency,),
+            (2 * self.batch * self.concurrency,),
         ).fetchone()
-        return max(1, min(self.batch, -(-int(row[0]) // self.concurrency)))
+        queued = int(row[0])
+        return claim_size(queued, self.batch, self.concurrency), queued
 
     def _loop(self, index: int) -> None:
         import psycopg
@@ -275,16 +296,18 @@ class Worker:
                     threads = self._onnx_threads
                     backoff = 0.5
                 # A claim's jobs are one KB's (kb.claim_jobs).
+                size, queued = self._claim_size(conn)
                 jobs = conn.execute(
                     "SELECT j.kb_id, j.id, j.document_id, j.attempts, j.max_attempts, d.title, "
-                    "k.name "
+                    "k.name, octet_length(d.content) "
                     "FROM kb.claim_jobs(%s, %s, %s) j "
                     "JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
                     "JOIN kb.knowledge_base k ON k.id = j.kb_id ORDER BY j.id",
-                    (worker_id, self._claim_size(conn), self.lease_seconds),
+                    (worker_id, size, self.lease_seconds),
                 ).fetchall()
                 if not jobs:
                     self._idle[index] = True
+                    self._backlog = False
                     if index == 0 and self._queue_empty(conn):
                         self._refresh_communities(conn)
                     if self.once and all(self._idle) and self._queue_empty(conn):
@@ -293,6 +316,9 @@ class Worker:
                     self.wake.clear()
                     continue
                 self._idle[index] = False
+                # Jobs left for the others: they will be busy as soon as they claim (a
+                # job starting meanwhile must not take their cores).
+                self._backlog = queued > len(jobs)
                 renewed = time.monotonic()
                 if len(jobs) > 1:
                     # Several documents' chunks in full batches, one call; each job then
@@ -316,9 +342,14 @@ class Worker:
                             (job[0], [j[1] for j in jobs[n:]], worker_id),
                         )
                         renewed = time.monotonic()
-                    if self._per_job_threads:
-                        busy = max(1, sum(not idle for idle in self._idle))
-                        if (want := max(1, self._cpus // busy)) != threads:
+                    if self._per_job_threads and self._onnx_threads:
+                        busy = (
+                            self.concurrency
+                            if self._backlog
+                            else sum(not idle for idle in self._idle)
+                        )
+                        want = job_threads(self._cpus, busy, self._onnx_threads, job[7])
+                        if want != threads:
                             threads = want
                             conn.execute(
                                 "SELECT set_config('kb.onnx_threads', %s, false)", (str(threads),)
@@ -341,7 +372,7 @@ class Worker:
     def _run_job(self, conn: Any, worker_id: str, job: tuple[Any, ...]) -> None:
         import psycopg
 
-        kb_id, job_id, _doc_id, attempt, max_attempts, title, kb = job
+        kb_id, job_id, _doc_id, attempt, max_attempts, title, kb, _size = job
         log.info(
             "job %s started: %s / %s (attempt %s/%s)", job_id, kb, title, attempt, max_attempts
         )

@@ -75,6 +75,7 @@ DECLARE
   v_n      integer;
   v_active bigint;
   v_claimed kb.job[];
+  v_ids    bigint[];
 BEGIN
   IF coalesce(btrim(worker), '') = '' THEN
     RAISE EXCEPTION 'worker must name the worker claiming the jobs'
@@ -115,20 +116,40 @@ BEGIN
   END IF;
   v_tried := ARRAY[v_kb];
   LOOP
-    WITH c AS (
-      SELECT j.id FROM kb.job j
-       WHERE j.kb_id = v_kb
-         AND ((j.status = 'queued' AND j.run_after <= now())
-              OR (j.status = 'running' AND j.locked_until < now()))
-       ORDER BY j.run_after, j.id
-       LIMIT max_jobs
-       FOR UPDATE SKIP LOCKED
-    ), claimed AS (
+    -- Oldest first; but at the end of a KB's queue (at most 64 jobs due) the largest
+    -- documents first (a file not converted yet counts as large), so that the workers'
+    -- connections run out of work together instead of one idling while another indexes
+    -- the last large document. Nothing waits longer than those 64 jobs for it.
+    IF (SELECT count(*) FROM (SELECT 1 FROM kb.job j
+                               WHERE j.kb_id = v_kb
+                                 AND ((j.status = 'queued' AND j.run_after <= now())
+                                      OR (j.status = 'running' AND j.locked_until < now()))
+                               LIMIT 65) s) <= 64 THEN
+      v_ids := ARRAY(
+        SELECT j.id FROM kb.job j
+          JOIN kb.document d ON d.kb_id = v_kb AND d.id = j.document_id
+         WHERE j.kb_id = v_kb
+           AND ((j.status = 'queued' AND j.run_after <= now())
+                OR (j.status = 'running' AND j.locked_until < now()))
+         ORDER BY octet_length(d.content) DESC NULLS FIRST, j.run_after, j.id
+         LIMIT max_jobs
+         FOR UPDATE OF j SKIP LOCKED);
+    ELSE
+      v_ids := ARRAY(
+        SELECT j.id FROM kb.job j
+         WHERE j.kb_id = v_kb
+           AND ((j.status = 'queued' AND j.run_after <= now())
+                OR (j.status = 'running' AND j.locked_until < now()))
+         ORDER BY j.run_after, j.id
+         LIMIT max_jobs
+         FOR UPDATE SKIP LOCKED);
+    END IF;
+    WITH claimed AS (
       UPDATE kb.job j
          SET status = 'running', attempts = j.attempts + 1, locked_by = worker,
              locked_until = now() + make_interval(secs => claim_jobs.lease_seconds),
              started_at = now(), lease_seconds = claim_jobs.lease_seconds
-        FROM c WHERE j.kb_id = v_kb AND j.id = c.id
+       WHERE j.kb_id = v_kb AND j.id = ANY (v_ids)
       RETURNING j.*
     )
     SELECT array_agg(claimed), count(*) INTO v_claimed, v_n FROM claimed;
@@ -156,7 +177,8 @@ $$;
 COMMENT ON FUNCTION kb.claim_jobs(text, integer, double precision) IS
   'Claims up to max_jobs runnable jobs of one knowledge base for a worker (FOR UPDATE SKIP '
   'LOCKED): queued ones due now, and running ones whose lease expired (their worker died). '
-  'The KB is the one whose job has waited longest, among those with a job no other worker holds.';
+  'The KB is the one whose job has waited longest, among those with a job no other worker holds; '
+  'its jobs oldest first, or largest document first once at most 64 are due.';
 
 CREATE OR REPLACE FUNCTION kb._fail_job(p_kb_id integer, p_job_id bigint, p_error text,
                                         p_final boolean DEFAULT false)
@@ -357,7 +379,13 @@ BEGIN
     PERFORM kb._cancel_job(v_kb, v_job.id, 'superseded by a newer version');
     RETURN 'superseded';
   END IF;
-  DELETE FROM kb.chunk c WHERE c.kb_id = v_kb AND c.document_id = v_doc.id AND c.index_id = v_ix.id;
+  -- A document's first build has nothing to replace: no DELETE, and so no statistics
+  -- trigger on an empty statement (~0.15 ms of a small document's write phase).
+  IF EXISTS (SELECT 1 FROM kb.chunk c
+              WHERE c.kb_id = v_kb AND c.document_id = v_doc.id AND c.index_id = v_ix.id) THEN
+    DELETE FROM kb.chunk c
+     WHERE c.kb_id = v_kb AND c.document_id = v_doc.id AND c.index_id = v_ix.id;
+  END IF;
   v_hw := kb._heading_weight(v_ix.indexing_config);
   WITH payload AS (
     SELECT c.*, kb.chunk_tsvector(v_ix.indexing_config, c.embed_text, c.heading_path) AS tsv

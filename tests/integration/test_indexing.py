@@ -347,6 +347,30 @@ def test_claims_never_overlap(client: Client, conn: psycopg.Connection, dsn: str
     assert len(claimed[0]) + len(claimed[1]) == 20
 
 
+def test_the_end_of_a_queue_goes_largest_first(client: Client, conn: psycopg.Connection) -> None:
+    """Oldest first while more than 64 jobs are due; then the largest documents first (a
+    file not converted yet among them), so the connections finish together."""
+    client.create_knowledge_base("lpt")
+    for i in range(66):
+        client.add_text("lpt", f"d{i:02}", "word " * (1 + i % 7))
+    # Converted by its job: no text yet.
+    conn.execute("SELECT kb.add_file('lpt', 'notes.html', %s)", (b"<p>short</p>",))
+
+    def claim(n: int) -> list[str]:
+        with conn.transaction():
+            rows = conn.execute(
+                "SELECT d.title FROM kb.claim_jobs('w', %s) j "
+                "JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
+                "ORDER BY j.id", (n,),
+            ).fetchall()  # fmt: skip
+        return [r[0] for r in rows]
+
+    assert claim(3) == ["d00", "d01", "d02"]  # 67 due: oldest first
+    assert claim(1) == ["notes.html"]  # 64 due: the file, then the longest texts
+    assert claim(9) == [f"d{i:02}" for i in range(6, 66, 7)]  # seven words each
+    assert claim(9) == [f"d{i:02}" for i in range(5, 66, 7)]  # then six
+
+
 def test_a_claim_takes_one_knowledge_base_s_jobs(
     client: Client, conn: psycopg.Connection, dsn: str
 ) -> None:
