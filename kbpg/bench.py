@@ -869,7 +869,7 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
     # between two short raw runs on the same chunks, with the raw model's processes and
     # the worker's connections loaded and warm throughout.
     segments = 2 if quick else 4
-    passes = 1 if quick else 2
+    passes = 1 if quick else 3
     configs = {f"1 process, {threads or cores} threads": (1, threads)}
     if cores > 1:
         configs[f"{cores} processes, 1 thread"] = (cores, 1)
@@ -884,9 +884,9 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
         "loading the model in each connection"
     }
     # Each pass gets a KB of its own, none dropped until the passes are over: the rows a
-    # drop leaves dead are cleaned up by autovacuum, which must not run in a measured segment
-    # (it took a segment down to 0.77 while the others of its run were 0.85-0.97). What an
-    # earlier run left is dropped and vacuumed now, before anything is measured.
+    # drop leaves dead are cleaned up by autovacuum (here at the next minute mark, ~1 s of a
+    # core), which should not land in a measured segment. What an earlier run left is
+    # dropped and vacuumed now, before anything is measured.
     pass_kbs = [f"bench-ingest-{p + 1}" for p in range(passes)]
     _drop_and_vacuum(dsn, [*pass_kbs, "bench-ingest"])
     raws = {name: _RawModel(n, t, chunks[:64]) for name, (n, t) in configs.items()}

@@ -3,7 +3,8 @@
 The worker does no indexing itself. Each thread owns a connection, claims jobs with
 ``kb.claim_jobs`` (FOR UPDATE SKIP LOCKED) and calls ``kb.process_job`` for each, which
 chunks, embeds and swaps the document's chunks in one transaction inside PostgreSQL. A
-thread claims up to ``batch`` jobs at once (its share of the queue) and has their chunks
+thread claims up to ``batch`` jobs at once (at the end of the queue, smaller claims, the
+largest documents first: claim_size, kb.claim_jobs) and has their chunks
 embedded together first (``kb.prefetch_embeddings``): many small documents fill whole
 batches instead of a request each. NOTIFY on
 ``kbpg_jobs`` only wakes the threads early; they poll regardless, so a lost notification
@@ -15,7 +16,8 @@ By default a worker opens one connection per core of the database server (at mos
 the local model's ONNX threads (``kb.onnx_threads``, unless the server's configuration or
 the role sets it): while one process writes a document's rows, the others keep the cores
 busy with the model, where one process alone would leave a core idle. The share is taken
-per job, over the connections busy when it starts: a lone large document gets all cores.
+per job, over the connections busy when it starts: a lone large document gets all cores
+(job_threads).
 """
 
 from __future__ import annotations
