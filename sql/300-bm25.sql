@@ -245,8 +245,8 @@ COMMENT ON FUNCTION kb._bm25_cache_mb() IS
   'backend may keep for BM25 scored in memory; 0 scores every query in SQL.';
 
 CREATE OR REPLACE FUNCTION kb._py_bm25_search(kb_id integer, index_id bigint, query text,
-    top_k integer, k1 double precision, b double precision, filter jsonb, cache_mb integer)
-RETURNS TABLE (chunk_id bigint, score double precision)
+    top_k integer, k1 double precision, b double precision, filter jsonb, cache_mb integer,
+    OUT chunk_ids text, OUT scores text, OUT essential text)
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -256,7 +256,9 @@ return sqlapi.bm25_search(plpy, kb_id, index_id, query, top_k, k1, b, filter, ca
 $$;
 COMMENT ON FUNCTION kb._py_bm25_search(integer, bigint, text, integer, double precision, double precision, jsonb, integer) IS
   'Internal: kb._bm25_search scored in memory (plpython/kbpg_db/bm25.py), each term''s '
-  'postings kept per backend while its kb.term_stat row is the same row version.';
+  'postings kept per backend while its kb.term_stat row is the same row version: the top '
+  'chunk ids and scores, best first, as bigint[] and double precision[] literals, and '
+  'kb.bm25_essential''s value.';
 
 CREATE OR REPLACE FUNCTION kb.bm25_cache_stats(OUT terms integer, OUT megabytes double precision,
     OUT hits bigint, OUT misses bigint, OUT budget_mb integer)
@@ -304,6 +306,7 @@ DECLARE
   v_scores double precision[];
   v_theta  double precision;
   v_cache_mb integer;
+  v_hits   record;
 BEGIN
   IF top_k IS NULL OR top_k < 1 THEN
     RETURN;
@@ -312,8 +315,11 @@ BEGIN
   -- chunks and scores, the postings read once per backend instead of once per query.
   v_cache_mb := kb._bm25_cache_mb();
   IF v_cache_mb > 0 THEN
-    RETURN QUERY SELECT s.chunk_id, s.score
-      FROM kb._py_bm25_search(kb_id, index_id, query, top_k, k1, b, filter, v_cache_mb) s;
+    SELECT * INTO v_hits
+      FROM kb._py_bm25_search(kb_id, index_id, query, top_k, k1, b, filter, v_cache_mb);
+    PERFORM set_config('kb.bm25_essential', v_hits.essential, true);
+    RETURN QUERY SELECT u.id, u.s
+      FROM unnest(v_hits.chunk_ids::bigint[], v_hits.scores::double precision[]) u(id, s);
     RETURN;
   END IF;
   SELECT i.n_chunks, i.total_len::double precision / greatest(i.n_chunks, 1), i.indexing_config

@@ -31,16 +31,18 @@ from typing import Any
 
 import numpy as np
 
-INDEX = (
-    "SELECT i.n_chunks, i.total_len, i.indexing_config::text AS cfg FROM kb.kb_index i "
-    "WHERE i.id = $1 AND i.kb_id = $2"
-)
-# The row version says whether a term's postings changed since they were cached.
+# The index generation's statistics and the query's terms in one statement; the row
+# version says whether a term's postings changed since they were cached. No row: no such
+# generation in this KB; one row with no lexeme: none of the query's terms is indexed.
 TERMS = (
-    "SELECT ts.lexeme, ts.df, ts.xmin::text || '/' || ts.ctid::text AS version "
-    "FROM kb.term_stat ts "
-    "WHERE ts.index_id = $1 AND ts.kb_id = $2 AND ts.df > 0 "
-    "AND ts.lexeme = ANY (kb._config_lexemes($3::jsonb, $4))"
+    "SELECT i.n_chunks, i.total_len, ts.lexeme, ts.df, ts.version "
+    "FROM kb.kb_index i "
+    "LEFT JOIN LATERAL ("
+    "  SELECT t.lexeme, t.df, t.xmin::text || '/' || t.ctid::text AS version "
+    "  FROM kb.term_stat t "
+    "  WHERE t.index_id = i.id AND t.kb_id = i.kb_id AND t.df > 0 "
+    "  AND t.lexeme = ANY (kb._config_lexemes(i.indexing_config, $3))) ts ON true "
+    "WHERE i.id = $1 AND i.kb_id = $2"
 )
 # Packed in SQL, 16 bytes a posting (chunk id, tf, dl, big-endian as int8send and
 # int4send write them): one bytea per term instead of a Python object per posting.
@@ -52,8 +54,6 @@ POSTINGS = (
     "GROUP BY p.lexeme"
 )
 PACKED = np.dtype([("id", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
-# What kb.bm25_search reports in kb.bm25_essential: "terms read whole/query terms".
-ESSENTIAL = "SELECT set_config('kb.bm25_essential', $1, true)"
 FILTERED = (
     "SELECT c.id FROM kb.chunk c "
     "WHERE c.kb_id = $1 AND c.id = ANY ($2) AND c.metadata @> $3::jsonb"
@@ -61,18 +61,14 @@ FILTERED = (
 
 _PLANS: dict[str, Any] = {}
 _TYPES = {
-    "index": ["bigint", "integer"],
-    "terms": ["bigint", "integer", "text", "text"],
+    "terms": ["bigint", "integer", "text"],
     "postings": ["bigint", "integer", "text[]"],
     "filtered": ["integer", "bigint[]", "text"],
-    "essential": ["text"],
 }
 _SQL = {
-    "index": INDEX,
     "terms": TERMS,
     "postings": POSTINGS,
     "filtered": FILTERED,
-    "essential": ESSENTIAL,
 }
 
 
@@ -195,9 +191,12 @@ def _part(
 
 
 def _accumulate(
-    postings: list[Postings], idfs: list[float], k1: float, b: float, avgdl: float
+    postings: list[Postings], idfs: list[float], k1: float, b: float, avgdl: float,
+    top_k: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk ids, scores) of every chunk holding one of the terms."""
+    """(chunk ids, scores) of every chunk holding one of the terms; with ``top_k``, of
+    those that can be among the top_k (every chunk scoring at least a lower bound of the
+    k-th best score), which is all _ranked needs to pick the top_k."""
     lo = min(p.base for p in postings)
     where = np.concatenate([p.offsets.astype(np.int64) + (p.base - lo) for p in postings])
     parts = np.concatenate(
@@ -205,12 +204,29 @@ def _accumulate(
     )
     span = int(where.max()) + 1
     if span < 4 * len(where) + 65536:  # ids close together: a dense accumulator
-        # Every contribution is above 0 (idf > 0, tf >= 1): a chunk is held where acc > 0.
         acc = np.bincount(where, weights=parts, minlength=span)
-        held = np.flatnonzero(acc)
+        floor = None if top_k is None else _floor(acc, postings, lo, top_k)
+        # Every contribution is above 0 (idf > 0, tf >= 1): a chunk is held where acc > 0.
+        held = np.flatnonzero(acc) if floor is None else np.flatnonzero(acc >= floor)
         return held + lo, acc[held]
     rel, inverse = np.unique(where, return_inverse=True)
     return rel + lo, np.bincount(inverse, weights=parts)
+
+
+def _floor(acc: np.ndarray, postings: list[Postings], lo: int, top_k: int) -> float | None:
+    """A lower bound of the top_k-th best score in the dense accumulator ``acc``: the
+    top_k-th best score among the chunks of the shortest posting list that has top_k of
+    them (their sums in acc are final). None where no term has top_k chunks.
+
+    Ranking the few chunks at or above it instead of every chunk held (~29k of 100k for
+    a SciFact question) takes the numpy part of such a query from 1.8-2.1 ms to 0.5 ms,
+    with the same chunks and scores."""
+    fit = [p for p in postings if len(p.offsets) >= top_k]
+    if not fit:
+        return None
+    p = min(fit, key=lambda q: len(q.offsets))
+    scores = acc[p.offsets.astype(np.int64) + (p.base - lo)]
+    return float(np.partition(scores, len(scores) - top_k)[len(scores) - top_k])
 
 
 PRUNE_MIN_POSTINGS = 150_000
@@ -273,7 +289,7 @@ def _top(
         scores = _complete(ids, partial[keep], terms[e:], weights[e:], k1, b, avgdl)
         best = _ranked(ids, scores, top_k)
         return ids[best], scores[best], e
-    ids, scores = _accumulate(terms, weights, k1, b, avgdl)
+    ids, scores = _accumulate(terms, weights, k1, b, avgdl, top_k)
     best = _ranked(ids, scores, top_k)
     return ids[best], scores[best], len(terms)
 
@@ -289,6 +305,16 @@ def _ranked(chunk_ids: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
     return pick[order[:n]]
 
 
+@dataclass(frozen=True, slots=True)
+class Hits:
+    """kb._py_bm25_search's answer: the top chunks and their scores, best first, and
+    "terms read whole/query terms" for kb.bm25_essential."""
+
+    chunk_ids: list[int]
+    scores: list[float]
+    essential: str
+
+
 def search(
     plpy: Any,
     kb_id: int,
@@ -299,19 +325,18 @@ def search(
     b: float,
     filter_json: str | None,
     budget_mb: int,
-) -> list[tuple[int, float]]:
+) -> Hits:
     """The top_k chunks of one index generation by BM25, as kb._bm25_search returns them."""
     if top_k is None or top_k < 1:
-        return []
-    rows = plpy.execute(_plan(plpy, "index"), [index_id, kb_id])
+        return Hits([], [], "0/0")
+    rows = plpy.execute(_plan(plpy, "terms"), [index_id, kb_id, query])
     if not rows:
-        return []
+        return Hits([], [], "0/0")
     n = float(rows[0]["n_chunks"])
     avgdl = float(rows[0]["total_len"]) / max(rows[0]["n_chunks"], 1)
-    terms = list(plpy.execute(_plan(plpy, "terms"), [index_id, kb_id, rows[0]["cfg"], query]))
+    terms = [r for r in rows if r["lexeme"] is not None]
     if not terms:
-        plpy.execute(_plan(plpy, "essential"), ["0/0"])
-        return []
+        return Hits([], [], "0/0")
     budget = budget_mb * 1024 * 1024
     CACHE.trim(budget)  # the setting may have been lowered
     postings = _term_postings(plpy, kb_id, index_id, terms, budget)
@@ -320,18 +345,20 @@ def search(
     found = [postings[t["lexeme"]] for t in held]
     if filter_json is None:
         top_ids, top_scores, read = _top(found, idfs, k1, b, avgdl, top_k)
-        plpy.execute(_plan(plpy, "essential"), [f"{read}/{len(found)}"])
-        return list(zip(top_ids.tolist(), top_scores.tolist(), strict=True))
-    plpy.execute(_plan(plpy, "essential"), [f"{len(found)}/{len(found)}"])
+        return Hits(top_ids.tolist(), top_scores.tolist(), f"{read}/{len(found)}")
     chunk_ids, scores = _accumulate(found, idfs, k1, b, avgdl)
     # With a filter: the best chunks in rounds (4·top_k + 64, then 4 times as many each
     # round), each round's checked in one statement, until top_k pass or none are left.
-    out: list[tuple[int, float]] = []
+    out_ids: list[int] = []
+    out_scores: list[float] = []
     done, want = 0, 4 * top_k + 64
-    while done < len(scores) and len(out) < top_k:
+    while done < len(scores) and len(out_ids) < top_k:
         batch = _ranked(chunk_ids, scores, min(want, len(scores)))[done:]
         ids = [int(x) for x in chunk_ids[batch]]
         passed = {r["id"] for r in plpy.execute(_plan(plpy, "filtered"), [kb_id, ids, filter_json])}
-        out.extend((i, float(scores[j])) for i, j in zip(ids, batch, strict=True) if i in passed)
+        for i, j in zip(ids, batch, strict=True):
+            if i in passed:
+                out_ids.append(i)
+                out_scores.append(float(scores[j]))
         done, want = done + len(batch), want * 4
-    return out[:top_k]
+    return Hits(out_ids[:top_k], out_scores[:top_k], f"{len(found)}/{len(found)}")

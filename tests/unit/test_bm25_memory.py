@@ -40,6 +40,30 @@ def test_scores_and_order_equal_a_plain_loop(seed: int, spread: int) -> None:
         got = bm25._ranked(ids, scores, n)
         expected = sorted(want, key=lambda c: (-want[c], c))[:n]
         assert [int(ids[i]) for i in got] == expected
+        # Accumulated for a top n: fewer chunks, the same top n with the same scores.
+        few_ids, few_scores = bm25._accumulate(terms, idfs, k1, b, avgdl, n)
+        best = bm25._ranked(few_ids, few_scores, n)
+        assert few_ids[best].tolist() == expected
+        assert few_scores[best].tolist() == scores[got].tolist()
+
+
+def test_a_top_k_floor_keeps_every_tie_at_the_cut() -> None:
+    """Chunks 0-99 hold one term, the even ones below 40 a second (20 chunks, one score:
+    the floor of a top 10 is a tie) and 10, 20, 30 a third: the top 10 are 10, 20, 30,
+    then the tie's lowest ids, as ranking every chunk gives, from 20 chunks instead of 100."""
+
+    def term(version: str, ids: list[int]) -> bm25.Postings:
+        n = len(ids)
+        return bm25.postings(version, np.array(ids, dtype=np.int64), np.ones(n, dtype=np.int64),
+                             np.full(n, 10, dtype=np.int64))
+
+    terms = [term("a", list(range(100))), term("b", list(range(0, 40, 2))), term("c", [30, 20, 10])]
+    args = (terms, [1.0, 2.0, 3.0], 1.2, 0.75, 10.0)
+    ids, scores = bm25._accumulate(*args)
+    few_ids, few_scores = bm25._accumulate(*args, 10)
+    assert len(ids) == 100 and len(few_ids) == 20
+    got = few_ids[bm25._ranked(few_ids, few_scores, 10)].tolist()
+    assert got == ids[bm25._ranked(ids, scores, 10)].tolist() == [10, 20, 30, 0, 2, 4, 6, 8, 12, 14]
 
 
 def test_pruned_top_k_equals_scoring_every_posting(monkeypatch: pytest.MonkeyPatch) -> None:
