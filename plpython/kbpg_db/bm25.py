@@ -219,8 +219,8 @@ def _floor(acc: np.ndarray, postings: list[Postings], lo: int, top_k: int) -> fl
     them (their sums in acc are final). None where no term has top_k chunks.
 
     Ranking the few chunks at or above it instead of every chunk held (~29k of 100k for
-    a SciFact question) takes the numpy part of such a query from 1.8-2.1 ms to 0.5 ms,
-    with the same chunks and scores."""
+    a SciFact question), with the same chunks and scores, took ``search`` for 100
+    candidates from 2.3 to 1.5 ms in the backend (A/B on the same queries)."""
     fit = [p for p in postings if len(p.offsets) >= top_k]
     if not fit:
         return None
