@@ -1,5 +1,19 @@
 -- Retrieval: vector (HNSW), full_text (BM25), hybrid (weighted RRF), optional rerank.
 
+CREATE OR REPLACE FUNCTION kb._hnsw_default_ef(p_index_id bigint) RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- Read from the index's own options, so a graph built before stop 37 keeps the ef its
+  -- recall needs until the KB is reindexed (README "Performance", HNSW recall).
+  SELECT CASE WHEN coalesce(max(substr(o, 17)::integer), 64) >= 256 THEN 100 ELSE 200 END
+  FROM pg_class c, unnest(c.reloptions) o
+  WHERE c.oid = to_regclass('kb.embedding_hnsw_' || p_index_id) AND o LIKE 'ef_construction=%'
+$$;
+COMMENT ON FUNCTION kb._hnsw_default_ef(bigint) IS
+  'Internal: the ef_search a search of an index generation uses when none is given: 100 on '
+  'graphs built with ef_construction 256 or more, 200 on graphs built before.';
+
 CREATE OR REPLACE FUNCTION kb._vector_search(kb_id integer, index_id bigint,
                                              query_embedding real[], top_k integer,
                                              filter jsonb, ef_search integer)
@@ -25,7 +39,9 @@ BEGIN
   END IF;
   v_typ := kb._vector_type(v_dim);
   -- Iterative scans keep a filtered HNSW search going until top_k rows pass the filter.
-  PERFORM set_config('hnsw.ef_search', greatest(ef_search, top_k)::text, true);
+  PERFORM set_config('hnsw.ef_search',
+                     greatest(coalesce(ef_search, kb._hnsw_default_ef(index_id)), top_k)::text,
+                     true);
   PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
   RETURN QUERY EXECUTE format($q$
     WITH nn AS MATERIALIZED (
@@ -50,7 +66,7 @@ COMMENT ON FUNCTION kb._vector_search(integer, bigint, real[], integer, jsonb, i
 
 CREATE OR REPLACE FUNCTION kb.vector_search(index_id bigint, query_embedding real[],
                                             top_k integer DEFAULT 10, filter jsonb DEFAULT NULL,
-                                            ef_search integer DEFAULT /*@ef_search*/200/*@*/)
+                                            ef_search integer DEFAULT NULL)
 RETURNS TABLE (chunk_id bigint, similarity double precision)
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -61,7 +77,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION kb.vector_search(bigint, real[], integer, jsonb, integer) IS
   'Nearest chunks of an index generation by cosine similarity through its HNSW index, with '
-  'iterative scans so a metadata filter still yields top_k rows when they exist.';
+  'iterative scans so a metadata filter still yields top_k rows when they exist; ef_search '
+  'NULL: 100 on graphs built with ef_construction 256, 200 on older ones.';
 
 CREATE OR REPLACE FUNCTION kb._hybrid_display(p_method text, p_zscore boolean,
                                               p_fused double precision, p_top double precision)

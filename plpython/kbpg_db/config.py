@@ -554,9 +554,11 @@ class RetrievalConfig(_Strict):
     rerank_threshold: float | None = None
     bm25_k1: float = Field(1.2, ge=0.0, le=10.0)
     bm25_b: float = Field(0.75, ge=0.0, le=1.0)
-    # 200: recall@10 >= 0.99 on the synthetic 100k set of `make bench`, filtered or not
-    # (100 gave 0.96-0.97 there), for about 1 ms more per 100-candidate vector search.
-    ef_search: int = Field(200, ge=1, le=1000)
+    # None: by the index generation's graph (kb._hnsw_default_ef): 100 on graphs built
+    # with ef_construction 256 (since stop 37), whose recall@10 at 100 (0.992-0.998 on the
+    # synthetic 100k set of `make bench`, filtered or not) is above older graphs' at 200,
+    # for ~10% less time; 200 on graphs built before, which need it.
+    ef_search: int | None = Field(None, ge=1, le=1000)
     rerank_model: str | None = Field(None, max_length=2000)
     rerank_api_base: str | None = Field(None, max_length=2000)
     rerank_api_key_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -94,7 +94,6 @@ def macros() -> dict[str, str]:
         "max_document_bytes": str(config.MAX_DOCUMENT_BYTES),
         "usage_modes": _quoted(config.USAGE_MODES),
         "file_suffixes": convert.supported(),
-        "ef_search": str(config.RetrievalConfig.model_fields["ef_search"].default),
         "reraise_expected": RERAISE_EXPECTED,
     }
 

@@ -117,3 +117,41 @@ def test_dimension_mismatch_is_a_clear_error(
         assert doc["status"] == "error"
         assert "8-dimension vectors" in doc["error"] and "16-dimension" in doc["error"]
         assert cfg["embedding_dimensions"] == 16
+
+
+def test_default_ef_search_follows_the_graph(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """A new KB's graph is built with ef_construction 256 and searched at ef_search 100 when
+    none is given; a graph built with pgvector's defaults (an older KB's) keeps 200."""
+    remote_kb(client, conn, provider, "v")
+    _fill(conn, provider.dim)
+    ix = conn.execute("SELECT active_index_id FROM kb.knowledge_base").fetchone()[0]
+    options = conn.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f"kb.embedding_hnsw_{ix}",)
+    ).fetchone()[0]
+    assert "ef_construction=256" in options
+    assert client.knowledge_base("v")["retrieval_config"]["ef_search"] is None
+    assert conn.execute("SELECT kb._hnsw_default_ef(%s)", (ix,)).fetchone()[0] == 100
+    q = np.random.default_rng(3).normal(size=provider.dim)
+    q = (q / np.linalg.norm(q)).tolist()
+
+    def search(*ef: int) -> list[tuple[int, float]]:
+        extra = ", NULL, %s" if ef else ""
+        return conn.execute(
+            f"SELECT chunk_id, similarity FROM kb.vector_search(%s, %s::real[], 20{extra})",
+            (ix, q, *ef),
+        ).fetchall()
+
+    assert search() == search(100)
+    # The graph an older KB has: pgvector's default build options.
+    conn.execute(f"DROP INDEX kb.embedding_hnsw_{ix}")
+    conn.execute(
+        f"CREATE INDEX embedding_hnsw_{ix} ON kb.embedding USING hnsw "
+        f"((embedding::vector({provider.dim})) vector_cosine_ops) WHERE index_id = {ix}"
+    )
+    assert conn.execute("SELECT kb._hnsw_default_ef(%s)", (ix,)).fetchone()[0] == 200
+    assert search() == search(200)
+    assert len(search()) == 20
+    # An index generation without a graph (dropped by hand): the safer 200, no error.
+    assert conn.execute("SELECT kb._hnsw_default_ef(-1)").fetchone()[0] == 200
