@@ -1,9 +1,8 @@
 -- Teams, private knowledge bases and read-only sharing (migration 007 holds the tables and
 -- the row-level security policies). Principals are PostgreSQL roles: current_user, which
--- SET ROLE switches. The functions that change teams and shares, and the two that run DDL
--- for a KB (its HNSW index), are SECURITY DEFINER: they take the acting role as
--- acting_as DEFAULT current_user (the default is evaluated in the caller's context) and
--- accept another role only when the session's login role may act as it
+-- SET ROLE switches. The functions that change teams and shares are SECURITY DEFINER:
+-- they take the acting role as acting_as DEFAULT current_user (the default is evaluated
+-- in the caller's context) and accept another role only when the session's login role may act as it
 -- (pg_has_role(session_user, acting_as, 'MEMBER'), so an application connected as a role
 -- granted its users' roles can act for them, and nobody else can).
 
@@ -126,47 +125,43 @@ COMMENT ON FUNCTION kb._require_manage(kb.knowledge_base, text, name) IS
   'Internal: insufficient_privilege unless the role may drop, share or unshare the KB.';
 
 -- The HNSW index of an index generation is DDL on kb.embedding, which only its owner may
--- run: a SECURITY DEFINER step that checks the acting role may change the KB.
-CREATE OR REPLACE FUNCTION kb._hnsw_index(p_kb_id integer, p_index_id bigint, p_create boolean,
-                                          acting_as name DEFAULT current_user)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- run. It follows the generation's kb.kb_index row: a trigger (SECURITY DEFINER, and a
+-- trigger function cannot be called on its own) creates it when the row is inserted and
+-- drops it when the row goes, whichever way it goes (kb.drop_knowledge_base, a failed
+-- reindex, a DELETE FROM kb.knowledge_base). Who may insert or delete that row is the
+-- kb_index policies' call: the KB's writers.
+CREATE OR REPLACE FUNCTION kb._kb_index_hnsw() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_ix kb.kb_index;
   v_typ text;
 BEGIN
-  PERFORM kb._check_actor(acting_as);
-  SELECT * INTO v_ix FROM kb.kb_index WHERE kb_id = p_kb_id AND id = p_index_id;
-  IF NOT FOUND THEN
-    IF p_create THEN
-      RAISE EXCEPTION 'index generation % does not exist', p_index_id
-        USING ERRCODE = 'no_data_found';
-    END IF;
-  ELSIF NOT kb._can_write_as(v_ix.kb_id, acting_as) THEN
-    RAISE EXCEPTION 'role "%" may not change index generation %', acting_as, p_index_id
-      USING ERRCODE = 'insufficient_privilege';
+  IF TG_OP = 'DELETE' THEN
+    EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || OLD.id);
+    RETURN NULL;
   END IF;
-  IF p_create THEN
-    v_typ := kb._vector_type(v_ix.embedding_dim);
-    -- ef_construction 256 (pgvector's default is 64): on the bench's 100k synthetic vectors
-    -- (3 draws of 200 queries) recall@10 at ef_search 100 is 0.992-0.998, above 128's at
-    -- 200 (0.98-0.998, with whole misses) and 64's (0.90-0.97), and ef_search 100 is the
-    -- default on these graphs (kb._hnsw_default_ef); building and inserting cost more
-    -- (README "Performance").
-    EXECUTE format(
-      'CREATE INDEX IF NOT EXISTS %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) '
-      'WITH (ef_construction = 256) WHERE index_id = %s',
-      'embedding_hnsw_' || v_ix.id, v_typ, v_ix.embedding_dim, v_typ || '_cosine_ops', v_ix.id);
-  ELSE
-    EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
+  IF NEW.embedding_dim > 4000 THEN
+    RAISE EXCEPTION 'embedding dimension % is over 4000, the most an HNSW index takes (halfvec)',
+                    NEW.embedding_dim
+      USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  v_typ := kb._vector_type(NEW.embedding_dim);
+  -- ef_construction 256 (pgvector's default is 64): on the bench's 100k synthetic vectors
+  -- (3 draws of 200 queries) recall@10 at ef_search 100 is 0.992-0.998, above 128's at
+  -- 200 (0.98-0.998, with whole misses) and 64's (0.90-0.97), and ef_search 100 is the
+  -- default on these graphs (kb._hnsw_default_ef); building and inserting cost more
+  -- (README "Performance").
+  EXECUTE format(
+    'CREATE INDEX IF NOT EXISTS %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) '
+    'WITH (ef_construction = 256) WHERE index_id = %s',
+    'embedding_hnsw_' || NEW.id, v_typ, NEW.embedding_dim, v_typ || '_cosine_ops', NEW.id);
+  RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION kb._hnsw_index(integer, bigint, boolean, name) IS
-  'Internal: creates or drops the partial HNSW index of an index generation (owner DDL, '
-  'checked against the acting role''s right to change the KB).';
+COMMENT ON FUNCTION kb._kb_index_hnsw() IS
+  'Internal (trigger on kb.kb_index): creates an index generation''s partial HNSW index with '
+  'its row and drops it with its row (owner DDL; the row''s policies decide who may).';
 
 -- --- teams -------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION kb._get_team(p_name text) RETURNS kb.team
@@ -267,6 +262,18 @@ BEGIN
   PERFORM kb._check_actor(acting_as);
   v_team := kb._get_team(team);
   PERFORM kb._require_team_admin(v_team, acting_as);
+  -- Off-boarding must not fail silently: a mistyped role, or one not in the team, is an
+  -- error. (A member row whose role was dropped since is still removed.)
+  IF NOT EXISTS (SELECT 1 FROM kb.team_member m
+                  WHERE m.team_id = v_team.id AND m.member = remove_team_member.member) THEN
+    IF member IS NULL OR NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = member) THEN
+      RAISE EXCEPTION 'role "%" does not exist', coalesce(member::text, 'NULL')
+        USING ERRCODE = 'undefined_object',
+              HINT = 'team members are PostgreSQL roles (\du in psql lists them)';
+    END IF;
+    RAISE EXCEPTION 'role "%" is not a member of team "%"', member, team
+      USING ERRCODE = 'no_data_found', HINT = 'check the role''s name: nothing was removed';
+  END IF;
   IF EXISTS (SELECT 1 FROM kb.team_member m
               WHERE m.team_id = v_team.id AND m.member = remove_team_member.member
                 AND m.role = 'admin')
@@ -276,11 +283,12 @@ BEGIN
       USING ERRCODE = 'object_in_use', HINT = 'make another member admin first';
   END IF;
   DELETE FROM kb.team_member m WHERE m.team_id = v_team.id AND m.member = remove_team_member.member;
-  RETURN FOUND;
+  RETURN true;
 END
 $$;
 COMMENT ON FUNCTION kb.remove_team_member(text, name, name) IS
-  'Removes a role from a team (team admins only; never its last admin).';
+  'Removes a role from a team (team admins only; never its last admin). Errors: 42704 for a '
+  'role that does not exist, P0002 for one that is not in the team.';
 
 CREATE OR REPLACE FUNCTION kb.list_teams()
 RETURNS TABLE (team text, role text, members bigint, knowledge_bases bigint)

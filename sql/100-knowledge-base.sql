@@ -208,7 +208,9 @@ BEGIN
   END IF;
   PERFORM kb._require_manage(v_kb, 'drop');
   SELECT id INTO v_id FROM kb.knowledge_base k WHERE k.id = v_kb.id FOR UPDATE;
-  UPDATE kb.knowledge_base SET active_index_id = NULL WHERE id = v_id;
+  -- Generations first, each with everything built into it (no statistics upkeep for
+  -- rows on their way out), then the KB with its documents. (The KB's active_index_id
+  -- is checked at commit, when the KB is gone too.)
   FOR v_ix IN SELECT id FROM kb.kb_index WHERE kb_id = v_id LOOP
     PERFORM kb._drop_index(v_id, v_ix);
   END LOOP;
@@ -247,11 +249,20 @@ BEGIN
     NEW.retrieval_config := kb.validate_config('retrieval_config', NEW.retrieval_config,
                                                NEW.indexing_config->>'strategy');
   END IF;
-  IF coalesce(current_setting('kb.internal_write', true), '') <> 'on' AND (
-     NEW.indexing_config IS DISTINCT FROM OLD.indexing_config
-     OR NEW.embedding_model IS DISTINCT FROM OLD.embedding_model
-     OR NEW.embedding_dim IS DISTINCT FROM OLD.embedding_dim) THEN
-    RAISE EXCEPTION 'indexing_config, embedding_model and embedding_dim of "%" cannot be written directly', OLD.name
+  -- A KB's build settings are those of the generation serving it, and they change only
+  -- with it: to a finished generation of this KB (kb._maybe_activate; kb._kb_index_guard
+  -- keeps a generation from becoming active unfinished). A fact of the rows, not a
+  -- switch a session could set.
+  IF (NEW.indexing_config IS DISTINCT FROM OLD.indexing_config
+      OR NEW.embedding_model IS DISTINCT FROM OLD.embedding_model
+      OR NEW.embedding_dim IS DISTINCT FROM OLD.embedding_dim
+      OR NEW.active_index_id IS DISTINCT FROM OLD.active_index_id)
+     AND NOT EXISTS (SELECT 1 FROM kb.kb_index i
+                      WHERE i.kb_id = NEW.id AND i.id = NEW.active_index_id
+                        AND i.status = 'active' AND i.indexing_config = NEW.indexing_config
+                        AND i.embedding_model = NEW.embedding_model
+                        AND i.embedding_dim = NEW.embedding_dim) THEN
+    RAISE EXCEPTION 'indexing_config, embedding_model, embedding_dim and active_index_id of "%" cannot be written directly', OLD.name
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'use kb.reindex_knowledge_base(kb, indexing_config => ...)';
   END IF;

@@ -25,7 +25,7 @@ COMMENT ON FUNCTION kb._lock_index_stats(bigint[]) IS
   'Internal: serialises BM25 statistics writes per index (advisory locks, in id order).';
 
 CREATE OR REPLACE FUNCTION kb._chunk_after_insert() RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -66,33 +66,45 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION kb._chunk_after_delete() RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_kb integer;
+  v_kb   integer;
+  v_live bigint[];
 BEGIN
-  -- kb._drop_index removes a whole generation's postings and statistics itself.
-  IF coalesce(current_setting('kb.bulk_drop', true), '') <> '' THEN
+  -- Statistics are kept for the generations that stay: not for one being dropped (its
+  -- kb_index row is gone, and its postings and statistics go with it by cascade) nor a
+  -- failed one (kb._clear_index). Only kbpg's own code deletes chunks (the worker, or a
+  -- cascade from a document or generation), and this trigger runs as the tables' owner
+  -- either way; kb._kb_index_guard keeps other roles from marking a generation failed.
+  v_live := ARRAY(SELECT DISTINCT o.index_id FROM old_chunks o
+                   WHERE EXISTS (SELECT 1 FROM kb.kb_index i
+                                  WHERE i.kb_id = o.kb_id AND i.id = o.index_id
+                                    AND i.status <> 'failed'));
+  IF cardinality(v_live) = 0 THEN
     RETURN NULL;
   END IF;
-  PERFORM kb._lock_index_stats(ARRAY(SELECT DISTINCT index_id FROM old_chunks));
-  FOR v_kb IN SELECT DISTINCT kb_id FROM old_chunks LOOP
+  PERFORM kb._lock_index_stats(v_live);
+  FOR v_kb IN SELECT DISTINCT kb_id FROM old_chunks WHERE index_id = ANY (v_live) LOOP
     DELETE FROM kb.posting p USING old_chunks o
-     WHERE p.kb_id = v_kb AND o.kb_id = v_kb AND p.chunk_id = o.id;
+     WHERE p.kb_id = v_kb AND o.kb_id = v_kb AND p.chunk_id = o.id
+       AND o.index_id = ANY (v_live);
     UPDATE kb.term_stat t
        SET df = t.df - s.n
       FROM (SELECT o.index_id, u.lexeme, count(*) AS n
-              FROM old_chunks o, unnest(o.tsv) u WHERE o.kb_id = v_kb GROUP BY 1, 2) s
+              FROM old_chunks o, unnest(o.tsv) u
+             WHERE o.kb_id = v_kb AND o.index_id = ANY (v_live) GROUP BY 1, 2) s
      WHERE t.kb_id = v_kb AND t.index_id = s.index_id AND t.lexeme = s.lexeme;
     DELETE FROM kb.term_stat t
      USING (SELECT DISTINCT o.index_id, u.lexeme
-              FROM old_chunks o, unnest(o.tsv) u WHERE o.kb_id = v_kb) s
+              FROM old_chunks o, unnest(o.tsv) u
+             WHERE o.kb_id = v_kb AND o.index_id = ANY (v_live)) s
      WHERE t.kb_id = v_kb AND t.index_id = s.index_id AND t.lexeme = s.lexeme AND t.df <= 0;
     UPDATE kb.kb_index i
        SET n_chunks = i.n_chunks - s.n, total_len = i.total_len - s.len
       FROM (SELECT index_id, count(*) AS n, sum(doc_len) AS len FROM old_chunks
-             WHERE kb_id = v_kb GROUP BY 1) s
+             WHERE kb_id = v_kb AND index_id = ANY (v_live) GROUP BY 1) s
      WHERE i.kb_id = v_kb AND i.id = s.index_id;
   END LOOP;
   RETURN NULL;

@@ -408,9 +408,11 @@ COMMENT ON VIEW kb.knowledge_base_usage IS
 GRANT SELECT ON kb.knowledge_base_usage TO PUBLIC;  -- rows as the caller's policies allow
 
 -- Chunks carry their document's metadata (filters read it there, next to the vectors);
--- a direct UPDATE of kb.document.metadata by a DBA reaches them too.
+-- a direct UPDATE of kb.document.metadata by a DBA reaches them too. Chunks are written
+-- by kbpg only (no role but the owner may write kb.chunk): SECURITY DEFINER, for the
+-- document rows the updating role may change (kb.document's policies).
 CREATE OR REPLACE FUNCTION kb._document_metadata_sync() RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN

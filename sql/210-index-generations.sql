@@ -18,29 +18,87 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_ix  kb.kb_index;
-  v_dim integer;
 BEGIN
-  v_dim := kb._config_dimensions(p_config);
-  IF v_dim > 4000 THEN
-    RAISE EXCEPTION 'embedding dimension % is over 4000, the most an HNSW index takes (halfvec)', v_dim
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  -- The row's trigger (kb._kb_index_hnsw) creates its HNSW index.
   INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim)
-  VALUES (p_kb_id, p_config, p_config->>'embedding_model', v_dim)
+  VALUES (p_kb_id, p_config, p_config->>'embedding_model', kb._config_dimensions(p_config))
   RETURNING * INTO v_ix;
-  PERFORM kb._hnsw_index(p_kb_id, v_ix.id, true);
   RETURN v_ix;
 END
 $$;
 COMMENT ON FUNCTION kb._create_index(integer, jsonb) IS
   'Internal: a new index generation for a KB with its own partial HNSW index.';
 
+-- What a generation is built with never changes, its status moves only as the state
+-- machine above says, and its BM25 totals are kept by kbpg's own statistics triggers
+-- (which run as the schema's owner: the worker, or a delete cascading from a document).
+-- Raw SQL by a KB's writers goes through the same checks: no session setting turns them off.
+CREATE OR REPLACE FUNCTION kb._kb_index_guard() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    IF NEW.status <> 'building' OR NEW.n_chunks <> 0 OR NEW.total_len <> 0 THEN
+      RAISE EXCEPTION 'a new index generation starts building with no chunks'
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'kb.reindex_knowledge_base builds a new generation';
+    END IF;
+    -- What it is built with is a complete, valid indexing_config, and the model and
+    -- dimension it names.
+    IF NEW.indexing_config IS DISTINCT FROM kb.validate_config('indexing_config', NEW.indexing_config)
+       OR NEW.embedding_model IS DISTINCT FROM NEW.indexing_config->>'embedding_model'
+       OR NEW.embedding_dim IS DISTINCT FROM kb._config_dimensions(NEW.indexing_config) THEN
+      RAISE EXCEPTION 'a new index generation is built with a complete indexing_config and the embedding_model and embedding_dim it names'
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'kb.reindex_knowledge_base builds a new generation';
+    END IF;
+    RETURN NEW;
+  END IF;
+  IF NEW.kb_id IS DISTINCT FROM OLD.kb_id OR NEW.indexing_config IS DISTINCT FROM OLD.indexing_config
+     OR NEW.embedding_model IS DISTINCT FROM OLD.embedding_model
+     OR NEW.embedding_dim IS DISTINCT FROM OLD.embedding_dim THEN
+    RAISE EXCEPTION 'index generation %: its knowledge base, indexing_config, embedding_model and embedding_dim cannot change', OLD.id
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'kb.reindex_knowledge_base(kb, indexing_config => ...) builds a new generation';
+  END IF;
+  IF NEW.status IS DISTINCT FROM OLD.status THEN
+    IF NEW.status = 'active' THEN
+      IF OLD.status <> 'building' OR EXISTS (
+           SELECT 1 FROM kb.job j
+            WHERE j.kb_id = OLD.kb_id AND j.index_id = OLD.id AND j.status IN ('queued', 'running')) THEN
+        RAISE EXCEPTION 'index generation % is % with jobs left: only a finished build becomes active',
+                        OLD.id, OLD.status
+          USING ERRCODE = 'object_not_in_prerequisite_state';
+      END IF;
+    ELSIF NOT kb._sees_all(current_user) THEN
+      RAISE EXCEPTION 'index generation %: only kbpg''s indexing worker moves it to %', OLD.id, NEW.status
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+  END IF;
+  IF (NEW.n_chunks, NEW.total_len) IS DISTINCT FROM (OLD.n_chunks, OLD.total_len)
+     AND NOT kb._sees_all(current_user) THEN
+    RAISE EXCEPTION 'index generation %: n_chunks and total_len are BM25 statistics kept by kbpg', OLD.id
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION kb._kb_index_guard() IS
+  'Internal (trigger on kb.kb_index): a generation''s build settings never change, its status '
+  'follows the state machine, and its BM25 totals are kbpg''s to keep.';
+CREATE OR REPLACE TRIGGER kb_index_guard BEFORE INSERT OR UPDATE ON kb.kb_index
+  FOR EACH ROW EXECUTE FUNCTION kb._kb_index_guard();
+CREATE OR REPLACE TRIGGER kb_index_hnsw AFTER INSERT OR DELETE ON kb.kb_index
+  FOR EACH ROW EXECUTE FUNCTION kb._kb_index_hnsw();
+
 CREATE OR REPLACE FUNCTION kb._clear_index(p_kb_id integer, p_index_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM kb._hnsw_index(p_kb_id, p_index_id, false);
+  -- Only the indexing worker gets here (a failed reindex): it owns the tables.
+  EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
   -- Strategy tables first (they reference chunks).
   DELETE FROM kb.page_index_node WHERE kb_id = p_kb_id AND index_id = p_index_id;
   DELETE FROM kb.page_index_toc WHERE kb_id = p_kb_id AND index_id = p_index_id;
@@ -49,23 +107,22 @@ BEGIN
   DELETE FROM kb.posting WHERE kb_id = p_kb_id AND index_id = p_index_id;
   DELETE FROM kb.term_stat WHERE kb_id = p_kb_id AND index_id = p_index_id;
   DELETE FROM kb.embedding WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  -- Postings and statistics are gone already: skip the per-chunk trigger work.
-  PERFORM set_config('kb.bulk_drop', p_index_id::text, true);
+  -- A failed generation's statistics are not kept (kb._chunk_after_delete skips them).
   DELETE FROM kb.chunk WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  PERFORM set_config('kb.bulk_drop', '', true);
   UPDATE kb.kb_index SET n_chunks = 0, total_len = 0 WHERE kb_id = p_kb_id AND id = p_index_id;
 END
 $$;
 COMMENT ON FUNCTION kb._clear_index(integer, bigint) IS
-  'Internal: removes one index generation''s HNSW index, chunks, vectors and BM25 data, '
-  'keeping its kb_index row (a failed reindex keeps its error).';
+  'Internal: removes a failed index generation''s HNSW index, chunks, vectors and BM25 data, '
+  'keeping its kb_index row and its error.';
 
 CREATE OR REPLACE FUNCTION kb._drop_index(p_kb_id integer, p_index_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  PERFORM kb._clear_index(p_kb_id, p_index_id);
+  -- Everything in it goes with the row: its tables' rows by ON DELETE CASCADE (which
+  -- PostgreSQL runs as the tables' owner) and its HNSW index by kb._kb_index_hnsw.
   DELETE FROM kb.kb_index WHERE kb_id = p_kb_id AND id = p_index_id;
 END
 $$;
@@ -129,7 +186,7 @@ BEGIN
   SELECT active_index_id INTO v_old FROM kb.knowledge_base WHERE id = p_kb_id FOR UPDATE;
   UPDATE kb.kb_index SET status = 'active', activated_at = now()
    WHERE kb_id = p_kb_id AND id = p_index_id;
-  PERFORM set_config('kb.internal_write', 'on', true);
+  -- The KB's build settings are its serving generation's (kb._knowledge_base_check).
   UPDATE kb.knowledge_base k
      SET active_index_id = p_index_id, indexing_config = v_ix.indexing_config,
          embedding_model = v_ix.embedding_model, embedding_dim = v_ix.embedding_dim,
@@ -139,7 +196,6 @@ BEGIN
                                    v_ix.indexing_config->>'strategy')
            ELSE k.retrieval_config END
    WHERE id = p_kb_id;
-  PERFORM set_config('kb.internal_write', '', true);
   UPDATE kb.document d
      SET chunk_count = (SELECT count(*) FROM kb.chunk c
                          WHERE c.kb_id = p_kb_id AND c.document_id = d.id

@@ -71,7 +71,7 @@ COMMENT ON FUNCTION kb._communities_stale(integer, bigint[]) IS
   'Internal: marks generations whose entities changed, where communities are on.';
 
 CREATE OR REPLACE FUNCTION kb._graph_node_gone() RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -4,8 +4,8 @@ CREATE OR REPLACE FUNCTION kb._hnsw_default_ef(p_index_id bigint) RETURNS intege
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  -- Read from the index's own options, so a graph built before stop 37 keeps the ef its
-  -- recall needs until the KB is reindexed (README "Performance", HNSW recall).
+  -- Read from the index's own options, so a graph built with a lower ef_construction
+  -- keeps the ef its recall needs until the KB is reindexed (README "Performance").
   SELECT CASE WHEN coalesce(max(substr(o, 17)::integer), 64) >= 256 THEN 100 ELSE 200 END
   FROM pg_class c, unnest(c.reloptions) o
   WHERE c.oid = to_regclass('kb.embedding_hnsw_' || p_index_id) AND o LIKE 'ef_construction=%'

@@ -555,7 +555,7 @@ class RetrievalConfig(_Strict):
     bm25_k1: float = Field(1.2, ge=0.0, le=10.0)
     bm25_b: float = Field(0.75, ge=0.0, le=1.0)
     # None: by the index generation's graph (kb._hnsw_default_ef): 100 on graphs built
-    # with ef_construction 256 (since stop 37), whose recall@10 at 100 (0.992-0.999 on the
+    # with ef_construction 256 (kbpg 0.2 on), whose recall@10 at 100 (0.992-0.999 on the
     # synthetic 100k set of `make bench`, filtered or not) is above older graphs' at 200,
     # for ~10% less time; 200 on graphs built before, which need it.
     ef_search: int | None = Field(None, ge=1, le=1000)

@@ -484,7 +484,7 @@ def test_every_write_statement_is_pinned_to_one_kb(conn: psycopg.Connection) -> 
     cat, visited = _reach(conn, WRITE_ENTRY_POINTS)
     for name in ("_enqueue", "_fail_job", "_cancel_job", "_build_document", "_convert_document",
                  "_py_convert_document", "_py_prefetch_embeddings", "_store_media",
-                 "_maybe_activate", "_drop_index", "_clear_index", "_hnsw_index",
+                 "_maybe_activate", "_drop_index", "_clear_index",
                  "_upsert_document", "_keep_file", "_py_refresh_communities",
                  "_communities_stale"):
         assert name in visited, name

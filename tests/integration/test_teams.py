@@ -31,6 +31,10 @@ TABLES = (
     "term_stat",
 )
 
+# Built by the indexing worker (the schema's owner) and removed by cascade: no other role
+# writes them, whatever it may write in the KB (sql/990-privileges.sql).
+DERIVED = ("chunk", "embedding", "posting", "term_stat")
+
 
 def readable(role: str, kind: str) -> bool:
     return {
@@ -154,6 +158,15 @@ OPS: dict[str, Op] = {
         "VALUES (%s, 'raw', 'raw', md5('raw'))",
         w.ids[k],
     ),
+    "raw_insert_chunk": lambda w, c, k: _count(
+        c,
+        "INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count, "
+        "char_start, char_end, tsv, doc_len) "
+        "SELECT %s, kb_id, id, 99, 'raw', 1, 0, 3, 'raw'::tsvector, 1 "
+        "FROM kb.document WHERE kb_id = %s",
+        w.index[k],
+        w.ids[k],
+    ),
     "raw_update_kb": lambda w, c, k: _count(
         c, "UPDATE kb.knowledge_base SET description = 'x' WHERE id = %s", w.ids[k]
     ),
@@ -232,6 +245,10 @@ def expected(op: str, role: str, kind: str) -> Any:
         return True if wr else denied
     if op == "raw_delete_kb":
         return m
+    if op == "raw_insert_chunk" or op.removeprefix("raw_update_") in DERIVED:
+        return denied
+    if op.removeprefix("raw_delete_") in DERIVED:
+        return denied
     if op.startswith(("raw_update_", "raw_delete_")):
         return wr
     raise AssertionError(op)

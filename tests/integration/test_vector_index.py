@@ -103,11 +103,14 @@ def test_dimension_mismatch_is_a_clear_error(
     with FakeProvider(dim=8) as wrong:
         # The provider starts answering with another dimension than the KB was made for.
         cfg = client.knowledge_base("v")["indexing_config"]
-        conn.execute("SET kb.internal_write = 'on'")
+        # A generation's settings never change through kbpg; as superuser, with triggers
+        # off (session_replication_role is superuser-only), the test points it elsewhere.
+        conn.execute("SET session_replication_role = replica")
         conn.execute(
             "UPDATE kb.kb_index SET indexing_config = indexing_config || %s::jsonb",
             ('{"api_base": "' + wrong.url + '/v1"}',),
         )
+        conn.execute("RESET session_replication_role")
         client.add_text("v", "a", "some text")
         conn.execute("UPDATE kb.job SET max_attempts = 1")
         from tests.helpers import run_worker
