@@ -11,21 +11,37 @@ from kbpg_db import __version__
 
 from kbpg.client import AsyncClient, Client, SearchResult
 from kbpg.errors import (
+    AccessError,
+    BusyError,
     ConfigError,
+    ConflictError,
+    DataError,
     DocumentError,
+    InstallError,
     KbpgError,
+    LimitError,
     NotFoundError,
     ProviderError,
+    SharingError,
+    StateError,
 )
 
 __all__ = [
+    "AccessError",
     "AsyncClient",
+    "BusyError",
     "Client",
     "ConfigError",
+    "ConflictError",
+    "DataError",
     "DocumentError",
+    "InstallError",
     "KbpgError",
+    "LimitError",
     "NotFoundError",
     "ProviderError",
     "SearchResult",
+    "SharingError",
+    "StateError",
     "__version__",
 ]

@@ -265,10 +265,16 @@ class Cluster:
         self._own(self.data)
 
     def sync_plpython(self) -> None:
-        """Copy the in-database package where the server can read it."""
+        """Copy the in-database package where the server can read it, in its release's
+        folder (``releases/<version>/kbpg_db``, which kb.python_init loads)."""
+        from kbpg_db import __version__
+
         from kbpg.migrate import plpython_source
 
-        target = self.plpython_dir / "kbpg_db"
+        legacy = self.plpython_dir / "kbpg_db"
+        if legacy.exists():
+            shutil.rmtree(legacy)
+        target = self.plpython_dir / "releases" / __version__ / "kbpg_db"
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(plpython_source(), target, ignore=shutil.ignore_patterns("__pycache__"))

@@ -1,6 +1,12 @@
-"""The errors the driver raises: a small hierarchy over PostgreSQL's SQLSTATEs."""
+"""The errors the driver raises: a small hierarchy over PostgreSQL's SQLSTATEs.
+
+Which SQLSTATE becomes which class is kbpg_db.sqlstates' table, the one the SQL and the
+Retrieval Lab use too.
+"""
 
 from __future__ import annotations
+
+from kbpg_db.sqlstates import STATES
 
 
 class KbpgError(Exception):
@@ -27,11 +33,26 @@ class KbpgError(Exception):
 
 
 class NotFoundError(KbpgError):
-    """An unknown knowledge base or document (SQLSTATE P0002 no_data_found)."""
+    """An unknown knowledge base, document, team or member (P0002 no_data_found), or a
+    role that does not exist (42704 undefined_object)."""
 
 
 class ConfigError(KbpgError):
     """A bad parameter or config field (22023 invalid_parameter_value and kin)."""
+
+
+class ConflictError(ConfigError):
+    """A name already taken (23505 unique_violation, 42710 duplicate_object)."""
+
+
+class SharingError(ConfigError):
+    """A share that cannot be made (KB010 private KB, KB011 its own team, KB012 already
+    shared)."""
+
+
+class AccessError(KbpgError):
+    """A change the role may not make (42501 insufficient_privilege): a KB shared with it
+    read-only, a team it does not administer, a role it cannot act as."""
 
 
 class DocumentError(KbpgError):
@@ -50,31 +71,25 @@ class DataError(KbpgError):
     """Data that does not fit the KB, e.g. a vector of another dimension (22000)."""
 
 
-class BusyError(KbpgError):
+class StateError(KbpgError):
+    """The object is not ready for the call (55000 object_not_in_prerequisite_state)."""
+
+
+class BusyError(StateError):
     """The object is in use: a reindex is already running (55006 object_in_use)."""
 
 
 class InstallError(KbpgError):
-    """kbpg's PL/Python package is missing (KB002) or of another version than the schema
-    (KB003): run `make setup` and `kbpg migrate` from the same release."""
+    """kbpg's PL/Python package is missing (KB002) or of another release than the schema
+    (KB003): run `make setup` and `kbpg migrate` from the same release, and reconnect a
+    session that was open across an upgrade."""
 
 
 class ClusterError(KbpgError):
     """The embedded PostgreSQL cluster could not be created, started or reached."""
 
 
-_BY_SQLSTATE: dict[str, type[KbpgError]] = {
-    "P0002": NotFoundError,
-    "22023": ConfigError,
-    "23505": ConfigError,
-    "22004": ConfigError,
-    "54000": LimitError,
-    "22000": DataError,
-    "KB001": ProviderError,
-    "KB002": InstallError,
-    "KB003": InstallError,
-    "55006": BusyError,
-}
+_BY_SQLSTATE: dict[str, type[KbpgError]] = {s.code: globals()[s.error] for s in STATES}
 
 
 def clean_message(message: str) -> str:

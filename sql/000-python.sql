@@ -78,8 +78,19 @@ LANGUAGE plpython3u
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 import os, sys
-if GD.get("kbpg_ready"):
+# The release this SQL was installed from (kbpg migrate writes it in).
+release = "/*@kbpg_version*/"
+if GD.get("kbpg_ready") == release:
     return
+loaded = sys.modules.get("kbpg_db")
+if loaded is not None and getattr(loaded, "__version__", None) != release:
+    # kbpg was upgraded while this session ran: the old release's modules are loaded in
+    # it, and Python cannot unload them. A new session loads the new release's folder.
+    plpy.error("kbpg was upgraded to %s while this session had %s loaded"
+               % (release, getattr(loaded, "__version__", "another release")),
+               detail="the loaded package is %s" % os.path.dirname(loaded.__file__ or "?"),
+               hint="start a new session (reconnect): it loads the new release",
+               sqlstate="KB003")
 rows = plpy.execute("SELECT current_setting('kb.python_path', true) AS p, "
                     "current_setting('kb.onnx_threads', true) AS t, "
                     "kb._server_setting('kb.python_path') AS s")
@@ -93,32 +104,41 @@ if (rows[0]["p"] or None) != (rows[0]["s"] or None):
                hint="RESET kb.python_path, or remove it from ALTER ROLE/DATABASE ... SET",
                sqlstate="KB002")
 path = rows[0]["p"] or "/usr/local/lib/kbpg/python%d.%d" % sys.version_info[:2]
+# Each folder on the path holds the dependencies, and kbpg_db itself in
+# releases/<version>/ (one folder per release, so an upgrade never rewrites the files a
+# running session imports from); a folder with kbpg_db directly in it (a source checkout)
+# serves too.
 for entry in reversed([p for p in path.split(":") if p]):
-    if entry not in sys.path:
-        sys.path.insert(0, entry)
+    for folder in (entry, os.path.join(entry, "releases", release)):
+        if folder not in sys.path and os.path.isdir(folder):
+            sys.path.insert(0, folder)
 if rows[0]["t"]:
     os.environ["KBPG_ONNX_THREADS"] = rows[0]["t"]
 try:
     import kbpg_db
 except ImportError as exc:
     plpy.error("kbpg's PL/Python package is not importable: %s" % exc,
-               detail="kb.python_path is %r" % path,
+               detail="kb.python_path is %r (kbpg_db is looked for in releases/%s/ of each "
+                      "folder, then in the folder)" % (path, release),
                hint="run `make setup`, or set kb.python_path to the folder holding kbpg_db",
                sqlstate="KB002")
 # The version handshake: SQL from one release and Python from another must not mix.
 row = plpy.execute("SELECT version FROM kb.version")
-if row and row[0]["version"] != kbpg_db.__version__:
-    plpy.error("kbpg's schema is version %s but its PL/Python package is version %s"
-               % (row[0]["version"], kbpg_db.__version__),
-               detail="the package was loaded from %s" % os.path.dirname(kbpg_db.__file__),
-               hint="run `make setup` (installs the package) and `kbpg migrate` from the same "
-                    "kbpg release",
-               sqlstate="KB003")
-GD["kbpg_ready"] = True
+for name, version in (("schema", row[0]["version"] if row else release), ("SQL", release)):
+    if version != kbpg_db.__version__:
+        plpy.error("kbpg's %s is version %s but its PL/Python package is version %s"
+                   % (name, version, kbpg_db.__version__),
+                   detail="the package was loaded from %s" % os.path.dirname(kbpg_db.__file__),
+                   hint="run `make setup` (installs the package) and `kbpg migrate` from the "
+                        "same kbpg release",
+                   sqlstate="KB003")
+GD["kbpg_ready"] = release
 $$;
 COMMENT ON FUNCTION kb.python_init() IS
   'Puts kbpg''s PL/Python packages on sys.path (setting kb.python_path, default '
-  '/usr/local/lib/kbpg/pythonX.Y); called by every PL/Python function of kb, once per session.';
+  '/usr/local/lib/kbpg/pythonX.Y; kbpg_db from its releases/<version>/ folder); called by '
+  'every PL/Python function of kb, once per session. A session that loaded another '
+  'release''s package gets KB003 and must reconnect.';
 
 CREATE OR REPLACE FUNCTION kb.server_cpu_count() RETURNS integer
 LANGUAGE plpython3u STABLE
@@ -135,7 +155,7 @@ CREATE OR REPLACE FUNCTION kb._py_validate_config(kind text, config jsonb, strat
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.validate_config(plpy, kind, config, strategy)
 $$;
@@ -158,7 +178,7 @@ CREATE OR REPLACE FUNCTION kb._py_check_defaults(kind text, config jsonb) RETURN
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.check_defaults(plpy, kind, config)
 $$;
@@ -179,7 +199,7 @@ CREATE OR REPLACE FUNCTION kb._py_complete_config(kind text, config jsonb, strat
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.complete_config(plpy, kind, config, strategy)
 $$;
@@ -200,7 +220,7 @@ CREATE OR REPLACE FUNCTION kb._py_preview_chunks(content text, indexing_config j
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.preview_chunks(plpy, content, indexing_config, None)
 $$;
@@ -222,7 +242,7 @@ CREATE OR REPLACE FUNCTION kb._py_build_document(title text, content text, index
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.build_document(plpy, title, content, indexing_config, page_starts, metadata, file,
                              index_id)
@@ -249,7 +269,7 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.prefetch_embeddings(plpy, kb_id, job_ids, worker)
 $$;
@@ -259,7 +279,7 @@ CREATE OR REPLACE FUNCTION kb._py_prepare_query(indexing_config jsonb, retrieval
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.prepare_query(plpy, indexing_config, retrieval_config, overrides, query)
 $$;
@@ -298,7 +318,7 @@ CREATE OR REPLACE FUNCTION kb._py_rerank(retrieval_config jsonb, query text, doc
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.rerank(plpy, retrieval_config, query, documents)
 $$;
@@ -319,7 +339,7 @@ CREATE OR REPLACE FUNCTION kb._py_count_tokens(content text) RETURNS integer
 LANGUAGE plpython3u IMMUTABLE STRICT
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.count_tokens(content)
 $$;
@@ -341,7 +361,7 @@ CREATE OR REPLACE FUNCTION kb._py_assemble_context(rows jsonb, token_budget inte
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.assemble_context(plpy, rows, token_budget, max_per_document)
 $$;
@@ -364,7 +384,7 @@ CREATE OR REPLACE FUNCTION kb._py_tree_search(kb_id integer, index_id bigint, qu
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.tree_search(plpy, kb_id, index_id, query, retrieval_config, indexing_config)
 $$;

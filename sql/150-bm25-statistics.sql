@@ -74,7 +74,7 @@ DECLARE
   v_live bigint[];
 BEGIN
   -- Statistics are kept for the generations that stay: not for one being dropped (its
-  -- kb_index row is gone, and its postings and statistics go with it by cascade) nor a
+  -- kb_index row is gone, and its postings and statistics with it) nor a
   -- failed one (kb._clear_index). Only kbpg's own code deletes chunks (the worker, or a
   -- cascade from a document or generation), and this trigger runs as the tables' owner
   -- either way; kb._kb_index_guard keeps other roles from marking a generation failed.
@@ -125,6 +125,24 @@ BEGIN
   RETURN NEW;
 END
 $$;
+
+-- Postings and statistics have no foreign keys (they are scanned by index prefix and
+-- written in bulk): a generation's go with its kb_index row here, however the row goes
+-- (kb.drop_knowledge_base, a DELETE FROM kb.knowledge_base, a failed build's cleanup).
+CREATE OR REPLACE FUNCTION kb._kb_index_after_delete() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  DELETE FROM kb.posting WHERE kb_id = OLD.kb_id AND index_id = OLD.id;
+  DELETE FROM kb.term_stat WHERE kb_id = OLD.kb_id AND index_id = OLD.id;
+  RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION kb._kb_index_after_delete() IS
+  'Internal (trigger on kb.kb_index): a generation''s BM25 postings and statistics go with it.';
+CREATE OR REPLACE TRIGGER kb_index_after_delete AFTER DELETE ON kb.kb_index
+  FOR EACH ROW EXECUTE FUNCTION kb._kb_index_after_delete();
 
 CREATE OR REPLACE TRIGGER chunk_after_insert AFTER INSERT ON kb.chunk
   REFERENCING NEW TABLE AS new_chunks

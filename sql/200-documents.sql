@@ -302,7 +302,7 @@ RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.document_chunking(plpy, indexing_config, chunking)
 $$;

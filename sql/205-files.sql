@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION kb._py_extract_media(body text, OUT content text, OUT
 LANGUAGE plpython3u IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.extract_media(body)
 $$;
@@ -46,7 +46,7 @@ CREATE OR REPLACE FUNCTION kb._py_file_format(file_name text, head bytea) RETURN
 LANGUAGE plpython3u IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.file_format(file_name, head)
 $$;
@@ -139,7 +139,7 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.convert_document(plpy, kb_id, document_id)
 $$;

@@ -122,7 +122,8 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   -- Everything in it goes with the row: its tables' rows by ON DELETE CASCADE (which
-  -- PostgreSQL runs as the tables' owner) and its HNSW index by kb._kb_index_hnsw.
+  -- PostgreSQL runs as the tables' owner), its HNSW index by kb._kb_index_hnsw, its BM25
+  -- postings and statistics by kb._kb_index_after_delete.
   DELETE FROM kb.kb_index WHERE kb_id = p_kb_id AND id = p_index_id;
 END
 $$;

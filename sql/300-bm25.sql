@@ -250,7 +250,7 @@ CREATE OR REPLACE FUNCTION kb._py_bm25_search(kb_id integer, index_id bigint, qu
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.bm25_search(plpy, kb_id, index_id, query, top_k, k1, b, filter, cache_mb)
 $$;
@@ -265,7 +265,7 @@ CREATE OR REPLACE FUNCTION kb.bm25_cache_stats(OUT terms integer, OUT megabytes 
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-if not GD.get("kbpg_ready"): plpy.execute("SELECT kb.python_init()")
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.bm25_cache_stats(plpy)
 $$;

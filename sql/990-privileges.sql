@@ -18,7 +18,8 @@ FROM PUBLIC;
 -- They keep what a cascade or a member's document change implies (HNSW indexes, BM25
 -- statistics, chunk metadata, stale communities) in step, whoever made the change.
 REVOKE EXECUTE ON FUNCTION kb._kb_index_hnsw(), kb._document_metadata_sync(),
-  kb._chunk_after_insert(), kb._chunk_after_delete(), kb._graph_node_gone() FROM PUBLIC;
+  kb._chunk_after_insert(), kb._chunk_after_delete(), kb._kb_index_after_delete(),
+  kb._graph_node_gone() FROM PUBLIC;
 
 -- The internal SECURITY DEFINER functions left callable by every role are lookups that
 -- row-level policies and kbpg's own SQL functions evaluate with the caller's rights, so

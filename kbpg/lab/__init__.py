@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-# SQLSTATE -> HTTP status for errors the page shows.
-STATUS = {"P0002": 404, "42501": 403, "22023": 400, "23505": 409, "42710": 409, "54000": 413}
+from kbpg_db.sqlstates import STATES
+
+# SQLSTATE -> HTTP status for errors the page shows (kbpg_db.sqlstates' table).
+STATUS = {s.code: s.http for s in STATES}
 
 
 class LabError(Exception):

@@ -98,9 +98,14 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     --platform manylinux2014_x86_64 --platform linux_x86_64 -r "$NODEPS"
   echo "$want" > "$STAMP"
 fi
-# Our own in-database package: always refreshed (cheap).
-rm -rf "$TARGET/kbpg_db"
-cp -r "$REPO/plpython/kbpg_db" "$TARGET/kbpg_db"
-find "$TARGET/kbpg_db" -name __pycache__ -prune -exec rm -rf {} +
+# Our own in-database package, in a folder of its release (kb.python_init loads
+# releases/<version>/): a session open across an upgrade keeps the files it imports from,
+# and is told to reconnect. The current release's folder is always refreshed (cheap).
+RELEASE=$(sed -nE 's/^__version__ = "([^"]+)".*/\1/p' "$REPO/plpython/kbpg_db/__init__.py")
+[ -n "$RELEASE" ] || { echo "no __version__ in plpython/kbpg_db/__init__.py" >&2; exit 1; }
+rm -rf "$TARGET/kbpg_db" "$TARGET/releases/$RELEASE"  # (earlier installs: kbpg_db in $TARGET)
+mkdir -p "$TARGET/releases/$RELEASE"
+cp -r "$REPO/plpython/kbpg_db" "$TARGET/releases/$RELEASE/kbpg_db"
+find "$TARGET/releases/$RELEASE" -name __pycache__ -prune -exec rm -rf {} +
 chmod -R a+rX /usr/local/lib/kbpg
 say "PL/Python packages ready in $TARGET"

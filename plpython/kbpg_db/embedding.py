@@ -174,6 +174,10 @@ class LocalMiniLM:
         return len(self.tokenizer.encode(text).ids)
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def process_threads() -> int:
     """The process's ONNX threads (kb.onnx_threads as it started; 0: ONNX's default)."""
     return int(os.environ.get("KBPG_ONNX_THREADS", "0"))
@@ -193,6 +197,9 @@ def local_model(threads: int | None = None) -> LocalMiniLM:
     n = threads if threads is not None else _job_threads
     if n is None:
         n = process_threads()
+    # kb.onnx_threads is any session's to set: never more threads (nor more per-count
+    # model copies) than the server process has cores.
+    n = max(0, min(n, _cores()))
     with _lock:
         model = _local.get(n)
         if model is None:

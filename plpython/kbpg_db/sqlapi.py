@@ -13,9 +13,7 @@ import json
 import os
 from typing import Any, NoReturn
 
-INVALID_PARAMETER = "22023"  # invalid_parameter_value
-DATA_EXCEPTION = "22000"
-EXTERNAL_FAILURE = "KB001"  # ours: a provider or model failed (class 58 reads as a lost connection)
+from kbpg_db.sqlstates import DATA_EXCEPTION, EXTERNAL_FAILURE, INVALID_PARAMETER
 
 
 def _json(value: Any) -> Any:

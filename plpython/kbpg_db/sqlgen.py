@@ -16,7 +16,7 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from kbpg_db import config, convert
+from kbpg_db import __version__, config, convert
 
 # kb.search's parameter names where they differ from the config field (kept for callers).
 SQL_NAMES = {"bm25_k1": "k1", "bm25_b": "b"}
@@ -95,6 +95,9 @@ def macros() -> dict[str, str]:
         "usage_modes": _quoted(config.USAGE_MODES),
         "file_suffixes": convert.supported(),
         "reraise_expected": RERAISE_EXPECTED,
+        # The release the SQL was installed from: a PL/Python body whose session loaded
+        # another release's package runs kb.python_init, which refuses to mix them.
+        "kbpg_version": __version__,
     }
 
 
