@@ -223,6 +223,9 @@ def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
         if not p.is_dir():
             found.append((p, p.parent))
             continue
+        root = package_root(p)
+        if root != p:
+            p = p.resolve()  # walked as the absolute path its root is
         specs: list[tuple[Path, Any]] = []
         in_repo = (p / ".git").exists()
         for folder, dirs, files in os.walk(p):
@@ -250,5 +253,18 @@ def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
                     continue
                 if f.suffix.lower() in CODE_SUFFIXES and (_is_empty(f) or _looks_binary(f)):
                     continue  # an empty __init__.py is a marker, not a document
-                found.append((f, p))
+                found.append((f, root))
     return found
+
+
+def package_root(folder: Path) -> Path:
+    """Where titles of a folder's files are taken from: the folder, or, when it is a
+    Python package (``__init__.py``), the folder above its outermost package, so
+    ``kbpg ingest kb path/to/email`` titles ``email/parser.py`` and its imports of
+    ``email.errors`` resolve as they do when the whole tree is ingested."""
+    if not (folder / "__init__.py").is_file():
+        return folder
+    top = folder.resolve()
+    while top.parent != top and (top.parent / "__init__.py").is_file():
+        top = top.parent
+    return top.parent

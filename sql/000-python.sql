@@ -25,7 +25,7 @@ BEGIN
   END IF;
   IF to_regtype('kb.build_result') IS NULL THEN
     CREATE TYPE kb.build_result AS (
-      status    text,                -- done | more | error
+      status    text,                -- done | more | error (retried) | failed (for good)
       chunks    kb.chunk_payload[],
       artifacts jsonb,
       tokens    bigint,

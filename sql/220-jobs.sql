@@ -359,8 +359,9 @@ BEGIN
    RETURNING * INTO v_job;
   IF v_res.status = 'more' THEN
     RETURN 'more';
-  ELSIF v_res.status = 'error' THEN
-    RETURN kb._job_verdict(kb._fail_job(v_kb, v_job.id, left(v_res.error, 4000)));
+  ELSIF v_res.status IN ('error', 'failed') THEN  -- failed: for good, no retry
+    RETURN kb._job_verdict(kb._fail_job(v_kb, v_job.id, left(v_res.error, 4000),
+                                        v_res.status = 'failed'));
   END IF;
 
   -- The write phase holds the generation's statistics lock (the chunk triggers take it

@@ -228,7 +228,9 @@ BEGIN
                     ARRAY(SELECT regexp_replace(m, '^.*/', '') FROM unnest(e.target_modules) m)))
         ) q
       ) r
+      -- A super() call names a base's member: only a base's module may hold it.
       WHERE r.tier = r.best AND (e.kind <> 'imports' OR r.tier < 1000)
+        AND (e.qualifier IS DISTINCT FROM 'super' OR r.tier < 1000)
     ) c ON true
    WHERE e.id = ANY (v_edges) AND e.kb_id = p_kb_id AND e.target_id IS NULL;
 END
@@ -648,6 +650,8 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_terms text[];
+  v_ident text[];
+  v_words text[];
   v_ids bigint[];
   v_from bigint[];
   v_via text[];
@@ -666,6 +670,22 @@ BEGIN
              '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)+)', 'g') AS m
     ) x
     WHERE length(w) >= 3 AND ts_lexize('english_stem', lower(w)) <> '{}');
+  -- Of those, the identifier-shaped ones: with _ or a digit, dotted or ::, in `code`, or
+  -- with a capital after the first letter (getValue, HTTPServer). A plain word
+  -- ("message") names a definition only written in its case ("Message"), and then
+  -- below one written as code: prose is full of words that are also class names.
+  v_ident := ARRAY(
+    SELECT DISTINCT lower(x.w) FROM (
+      SELECT m[1] AS w, m[1] ~ '[_$0-9]|\.|::|^.+[A-Z]' AS ident FROM regexp_matches(p_query,
+             '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)*)', 'g') AS m
+      UNION ALL
+      SELECT regexp_replace(m[1], '^.*(\.|::)', ''), true FROM regexp_matches(p_query,
+             '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)+)', 'g') AS m
+      UNION ALL
+      SELECT m[1], true FROM regexp_matches(p_query, '`([A-Za-z_$][A-Za-z0-9_$]*)`', 'g') AS m
+    ) x
+    WHERE x.ident);
+  v_words := ARRAY(SELECT m[1] FROM regexp_matches(p_query, '([A-Za-z_$][A-Za-z0-9_$]*)', 'g') AS m);
   -- Seeds: definitions and files the query names, headings whose title it contains.
   -- Scored by how exactly they match: the same case, a definition, a qualified name.
   SELECT array_agg(s.id ORDER BY s.score DESC, s.id), array_agg(s.id ORDER BY s.score DESC, s.id),
@@ -676,10 +696,12 @@ BEGIN
              CASE WHEN n.kind IN ('file', 'repository') THEN 1 ELSE 2 END
              + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
              + CASE WHEN position(lower(n.qualified_name) in lower(p_query)) > 0
-                         AND n.qualified_name <> n.name THEN 1 ELSE 0 END AS score
+                         AND n.qualified_name <> n.name THEN 1 ELSE 0 END
+             - CASE WHEN lower(n.name) = ANY (v_ident) THEN 0 ELSE 2 END AS score
         FROM kb.graph_node n
        WHERE n.index_id = p_index_id AND n.kb_id = p_kb_id AND n.graph = 'code'
          AND lower(n.name) = ANY (v_terms)
+         AND (lower(n.name) = ANY (v_ident) OR n.name = ANY (v_words))
       UNION ALL
       SELECT n.id, 1.5 + CASE WHEN position(n.name in p_query) > 0 THEN 1 ELSE 0 END
         FROM kb.graph_node n

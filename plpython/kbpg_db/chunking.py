@@ -43,6 +43,24 @@ _BREAKS = (
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 HEADING_SEPARATOR = " > "
+# The most of a chunk's token budget its embedded heading path may take: a long heading
+# (a link with a long URL, in converted HTML) is cut there, never the chunk's text.
+HEADING_SHARE = 0.25
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)|<(?:https?|mailto):[^>]*>")
+
+
+def heading_text(title: str) -> str:
+    """A heading as a path element: Markdown links and images as their text, no URLs."""
+    return " ".join(_MD_LINK.sub(lambda m: m.group(1) or "", title).split())
+
+
+def embedded_header(path: list[str], chunk_size: int) -> str:
+    """The heading path as embedded with a chunk, within HEADING_SHARE of the budget."""
+    prefix = HEADING_SEPARATOR.join(path)
+    cap = max(1, int(chunk_size * HEADING_SHARE))
+    if tokens.count(prefix + "\n\n") <= cap:
+        return prefix
+    return tokens.truncate(prefix, max(1, cap - 1)).rstrip() + "…"
 
 
 @dataclass
@@ -57,10 +75,11 @@ class Chunk:
     token_count: int
     heading_path: list[str] = field(default_factory=list)
     embed_text: str = ""
+    header: str | None = None  # the heading path as embedded, when cut (embedded_header)
 
     @property
     def header_path(self) -> str:
-        return HEADING_SEPARATOR.join(self.heading_path)
+        return self.header if self.header is not None else HEADING_SEPARATOR.join(self.heading_path)
 
 
 @dataclass
@@ -110,7 +129,7 @@ def markdown_sections(text: str) -> list[Section]:
         if pos > current_start and not bare:
             sections.append(Section(current_start, pos, current_path))
         path = [(lvl, t) for lvl, t in path if lvl < level]
-        path.append((level, title))
+        path.append((level, heading_text(title)))
         current_path = [t for _, t in path]
         if not bare:
             current_start = pos
@@ -443,8 +462,9 @@ def chunk_text(
     else:
         allowed = (PARAGRAPH, LINE, SENTENCE, WORD)
         for section in markdown_sections(text):
-            prefix = HEADING_SEPARATOR.join(section.heading_path)
-            # The heading path is embedded with every chunk, so it shares the budget.
+            # The heading path is embedded with every chunk, so it shares the budget, up
+            # to HEADING_SHARE of it.
+            prefix = embedded_header(section.heading_path, chunk_size)
             budget = chunk_size - (tokens.count(prefix + "\n\n") if prefix else 0)
             budget = max(budget, min(chunk_size, 16))
             spans = _split_span(
@@ -452,7 +472,8 @@ def chunk_text(
             )
             for s, e, n, head in spans:
                 chunks.append(
-                    Chunk(len(chunks), head + text[s:e], s, e, n, list(section.heading_path))
+                    Chunk(len(chunks), head + text[s:e], s, e, n, list(section.heading_path),
+                          header=prefix)
                 )
     for chunk in chunks:
         chunk.embed_text = (

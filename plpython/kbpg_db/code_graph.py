@@ -283,6 +283,7 @@ _CALLS: dict[str, dict[str, str]] = {
 _CALLS["typescript"] = _CALLS["tsx"] = _CALLS["javascript"]
 _SCOPES = {"namespace_definition", "mod_item", "internal_module", "module"}
 _SELF = {"self", "this", "cls", "Self", "super"}
+_SUPER = re.compile(r"^super\s*(\(.*\))?$", re.S)
 _DECLARATOR_WRAPPERS = {
     "function_declarator",
     "pointer_declarator",
@@ -441,6 +442,23 @@ class _Walker:
         if self.language in ("c", "cpp"):
             return list(self.includes)
         return []
+
+    def enclosing_class(self, local_id: int) -> int | None:
+        owner_of = {d: c for c, d in self.defines}
+        v: int | None = local_id
+        while v is not None and v != 0:
+            if self.vertices[v].kind in CLASS_LIKE:
+                return v
+            v = owner_of.get(v)
+        return None
+
+    def base_modules(self, local_id: int) -> list[str]:
+        cls = self.enclosing_class(local_id)
+        out: list[str] = []
+        for r in self.references:
+            if r.source == cls and r.kind == "inherits":
+                out += [m for m in r.modules if m not in out]
+        return out
 
     # -- imports
     def imports(self, node: Any) -> None:
@@ -681,7 +699,13 @@ class _Walker:
                 if self.language == "java" and node.type == "method_invocation":
                     obj = node.child_by_field_name("object")
                     qualifier = _text(obj) if obj is not None else None
-                self.ref(here.local_id if here is not None else 0, "calls", name, node, qualifier)
+                source = here.local_id if here is not None else 0
+                if self.language != "rust" and qualifier and _SUPER.match(qualifier):
+                    # super().m(), super(C, self).m(), super.m(): a base class's m, from
+                    # the modules the enclosing class's bases come from.
+                    self.ref(source, "calls", name, node, "super", self.base_modules(source))
+                else:
+                    self.ref(source, "calls", name, node, qualifier)
         for child in node.named_children:
             self.walk(child, here, nest)
 
@@ -861,8 +885,20 @@ def _resolve_local(graph: CodeGraph, refs: list[Reference]) -> list[Reference]:
     out: list[Reference] = []
     seen: set[tuple[int, str, str, str | None]] = set()
     resolved: set[tuple[int, str, int]] = set()
+    classes = {v.name: v.local_id for v in graph.vertices if v.kind in CLASS_LIKE}
+    bases: dict[int, list[int]] = {}
     for r in refs:
-        key = (r.source, r.kind, r.target_name, r.qualifier if r.kind != "imports" else None)
+        if r.kind == "inherits" and r.target_name in classes and not r.qualifier:
+            bases.setdefault(r.source, []).append(classes[r.target_name])
+    for r in refs:
+        # One import edge per statement (two `from email import ...` lines differ in
+        # what they import), one edge per other reference and target.
+        key = (
+            r.source,
+            r.kind,
+            r.target_name,
+            "|".join(r.modules) if r.kind == "imports" else r.qualifier,
+        )
         if key in seen:
             continue
         seen.add(key)
@@ -875,7 +911,20 @@ def _resolve_local(graph: CodeGraph, refs: list[Reference]) -> list[Reference]:
             for v in by_name.get(r.target_name, [])
             if v.kind in allowed and v.local_id != r.source
         ]
-        if r.qualifier in _SELF and cands:
+        if r.qualifier == "super" and graph.language != "rust":
+            # The nearest base defined in this file that has the member, breadth first
+            # through the inheritance; else another file's (the bases' modules) or none.
+            cls = r.source
+            while cls in owner_of and graph.vertices[cls].kind not in CLASS_LIKE:
+                cls = owner_of[cls]
+            found: list[Vertex] = []
+            frontier, visited = list(bases.get(cls, [])), {cls}
+            while frontier and not found:
+                found = [v for v in cands if owner_of.get(v.local_id) in frontier]
+                visited.update(frontier)
+                frontier = [b for f in frontier for b in bases.get(f, []) if b not in visited]
+            cands = found
+        elif r.qualifier in _SELF and cands:
             cls = r.source
             while cls in owner_of and graph.vertices[cls].kind not in CLASS_LIKE:
                 cls = owner_of[cls]

@@ -81,6 +81,8 @@ FORMATS: dict[str, str] = {
     ".ipynb": "ipynb",
     ".rss": "rss",
     ".atom": "rss",
+    ".xml": "xml",  # an RSS or Atom feed, XHTML, or other XML (kept as text)
+    ".rst": "rst",
     ".md": "markdown",
     ".markdown": "markdown",
     ".txt": "text",
@@ -106,9 +108,64 @@ def format_of(file_name: str, data: bytes | None = None) -> str | None:
             return "json"
         if re.match(rb"(?i)<(!doctype html|html|head|body)\b", head):
             return "html"
-        if re.match(rb"(?i)<\?xml[^>]*>\s*<(rss|feed)\b", head):
+        if _FEED.match(head):
             return "rss"
     return None
+
+
+# What an XML file's root is, after its declaration, comments and doctype.
+_XML_PROLOGUE = rb"(?is)\s*(?:<\?xml[^>]*\?>\s*)?(?:(?:<!--.*?-->|<!DOCTYPE[^>]*>)\s*)*"
+_FEED = re.compile(_XML_PROLOGUE + rb"<(?:rss|feed|rdf:RDF)\b")
+_XHTML = re.compile(_XML_PROLOGUE + rb"<html\b")
+
+
+def convert_xml(data: bytes, limits: Limits) -> Converted:
+    """A .xml file by what it holds: a feed as a feed, XHTML as HTML, anything else as its
+    text (markup included: element and attribute names are what one searches XML for)."""
+    head = data[:4096]
+    if _FEED.match(head):
+        return _markitdown("rss", data, limits)
+    if _XHTML.match(head):
+        return convert_html(data, limits)
+    return Converted(decode_text(data, "the XML file"), "xml")
+
+
+# reStructuredText section titles: a line under (and maybe over) a line of one repeated
+# punctuation character at least as long; levels in the order the styles first appear.
+_RST_ADORNMENT = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}[ \t]*$")
+
+
+def convert_rst(data: bytes) -> Converted:
+    """reStructuredText with its section titles as Markdown headings (the chunkers and
+    PageIndex split at those); the rest kept as written."""
+    lines = decode_text(data, "the file").split("\n")
+    styles: list[tuple[str, bool]] = []
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        over = _RST_ADORNMENT.match(line)
+        if over and i + 2 < len(lines) and lines[i + 1].strip() and lines[i + 2].strip() == (
+            line.strip()
+        ):
+            title, style, step = lines[i + 1].strip(), (line.strip()[0], True), 3
+        elif (
+            line.strip()
+            and not over
+            and i + 1 < len(lines)
+            and (under := _RST_ADORNMENT.match(lines[i + 1]))
+            and len(lines[i + 1].rstrip()) >= len(line.rstrip())
+        ):
+            title, style, step = line.strip(), (under.group(1), False), 2
+        else:
+            out.append(line)
+            i += 1
+            continue
+        if style not in styles:
+            styles.append(style)
+        out.append("#" * min(styles.index(style) + 1, 6) + " " + title)
+        i += step
+    return Converted("\n".join(out), "rst")
 
 
 def supported() -> str:
@@ -698,6 +755,10 @@ def convert(data: bytes, file_name: str, limits: Limits | None = None) -> Conver
         out = convert_json(data, limits)
     elif fmt in ("markdown", "text"):
         out = Converted(decode_text(data, "the file"), fmt)
+    elif fmt == "xml":
+        out = convert_xml(data, limits)
+    elif fmt == "rst":
+        out = convert_rst(data)
     else:
         out = _markitdown(fmt, data, limits)
     # No-break spaces (&nbsp; in "20.4.&nbsp;Memory") read as spaces in headings and search.
@@ -791,7 +852,15 @@ def run_isolated(
                 hint="raise kb.convert_memory_mb if the file is genuine",
             )
         raise ConvertError(f"could not be converted: the converter process failed ({tail[0]})")
-    result = json.loads(out)
+    try:
+        result = json.loads(out)
+    except ValueError:
+        raise ConvertError(
+            "could not be converted: the converter's reply is not readable ("
+            + out[:200].decode("utf-8", "replace").strip() + ")"
+        ) from None
+    if not isinstance(result, dict) or "ok" not in result:
+        raise ConvertError("could not be converted: the converter's reply is not readable")
     if not result.get("ok"):
         raise ConvertError(result["error"], result.get("hint"))
     file = base64.b64decode(result["file"]) if result.get("file") else None
@@ -803,7 +872,10 @@ def run_isolated(
 
 def main() -> None:
     """The child's side: a JSON header line, then the file's bytes, on stdin; the result
-    as one JSON object on stdout."""
+    as one JSON object on stdout. Nothing else reaches stdout: what the libraries print
+    (MuPDF writes its errors there) goes to stderr instead."""
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
     sys.setrecursionlimit(5000)
     raw = sys.stdin.buffer.read()
     line, _, data = raw.partition(b"\n")
@@ -829,5 +901,6 @@ def main() -> None:
                   "page_starts": out.page_starts, "meta": out.meta,
                   "file": base64.b64encode(out.file).decode() if out.file else None,
                   "file_name": out.file_name}
-    sys.stdout.write(json.dumps(result))
     sys.stdout.flush()
+    with os.fdopen(result_fd, "w", encoding="utf-8") as reply:
+        reply.write(json.dumps(result))

@@ -8,14 +8,19 @@ are fetched; the fetch follows at most ``max_redirects`` redirects.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 from kbpg_db.convert import Converted, ConvertError, Limits, convert, convert_html, format_of
@@ -43,6 +48,30 @@ def check_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts)
 
 
+def _too_slow(url: str, limits: Limits) -> ConvertError:
+    return ConvertError(f"{url} did not answer within {limits.fetch_timeout_s:g} s (kb.fetch_timeout_s)")
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """TimeoutError in this thread after ``seconds`` (the converter's child runs fetches
+    on its main thread; elsewhere the read loop's deadline alone applies)."""
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def expire(_signum: int, _frame: Any) -> None:
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _get(url: str, limits: Limits) -> tuple[bytes, str, str]:
     """The body (at most the text limit), its content type and the URL it came from."""
     redirects = type(
@@ -52,9 +81,22 @@ def _get(url: str, limits: Limits) -> tuple[bytes, str, str]:
     )
     opener = urllib.request.build_opener(redirects())
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, "Accept": "*/*"})
+    # One deadline for the whole fetch (connect, redirects, headers, body): a server that
+    # drips a byte every few seconds never trips a per-read timeout.
+    deadline = time.monotonic() + limits.fetch_timeout_s
     try:
-        with opener.open(req, timeout=limits.fetch_timeout_s) as resp:
-            body = resp.read(limits.max_text_bytes + 1)
+        with _alarm(limits.fetch_timeout_s), opener.open(req, timeout=limits.fetch_timeout_s) as resp:
+            parts: list[bytes] = []
+            size = 0
+            while size <= limits.max_text_bytes:
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                part = resp.read1(min(65536, limits.max_text_bytes + 1 - size))
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+            body = b"".join(parts)
             ctype = resp.headers.get("Content-Type", "") or ""
             final = resp.geturl()
     except urllib.error.HTTPError as exc:
@@ -66,12 +108,10 @@ def _get(url: str, limits: Limits) -> tuple[bytes, str, str]:
     except urllib.error.URLError as exc:
         reason = exc.reason
         if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-            raise ConvertError(
-                f"{url} did not answer within {limits.fetch_timeout_s:g} s"
-            ) from None
+            raise _too_slow(url, limits) from None
         raise ConvertError(f"{url} could not be fetched ({reason})") from None
     except TimeoutError:
-        raise ConvertError(f"{url} did not answer within {limits.fetch_timeout_s:g} s") from None
+        raise _too_slow(url, limits) from None
     except OSError as exc:
         raise ConvertError(f"{url} could not be fetched ({exc})") from None
     if len(body) > limits.max_text_bytes:

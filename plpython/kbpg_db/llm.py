@@ -48,7 +48,23 @@ class StepYield(Exception):
 
 
 class LlmError(Exception):
-    """A call that failed for good (after retries), or whose answer never validated."""
+    """A call that failed for good (after retries), or whose answer never validated.
+    ``permanent``: asking again later cannot help, so the job is not retried."""
+
+    permanent = False
+
+
+class UnusableAnswer(LlmError):
+    """The model's answer did not validate, asked twice: the same model with the same
+    question answers the same way (temperature 0, and the answers are cached)."""
+
+    permanent = True
+
+
+class NoModel(LlmError):
+    """The strategy needs an LLM and the settings name none."""
+
+    permanent = True
 
 
 @dataclass
@@ -202,7 +218,7 @@ class Provider:
 
     def __init__(self, settings: LlmSettings, api_key: str | None) -> None:
         if not settings.model:
-            raise LlmError("no LLM model is configured (set extra.model)")
+            raise NoModel("no LLM model is configured (set extra.model)")
         self.settings = settings
         self.api_key = api_key
         self.litellm = import_litellm()
@@ -298,7 +314,7 @@ def ask_validated(provider: Provider, req: Request) -> tuple[Any, Answer, Answer
     try:
         return answer_value(req, second.text), second, total
     except ValueError as exc:
-        raise LlmError(
+        raise UnusableAnswer(
             f"{req.purpose}: the model's answer was unusable twice ({exc}); "
             f"its last answer: {second.text[:300]!r}"
         ) from None
@@ -469,7 +485,7 @@ class Llm:
         """Answers in order. Cached answers first; the rest in waves of at most
         ``llm_concurrency`` calls, each wave cached as it completes."""
         if self.provider is None:
-            raise LlmError("no LLM model is configured (set extra.model)")
+            raise NoModel("no LLM model is configured (set extra.model)")
         keys = [request_key(self.settings, r) for r in requests]
         results: list[Any] = [None] * len(requests)
         cached = self.cache.get_many(sorted(set(keys))) if self.cache else {}

@@ -207,7 +207,13 @@ def build_document(
     except llm.StepYield:
         out["status"] = "more"
     except (llm.LlmError, strategies.StrategyError) as exc:
-        out["status"] = "error"
+        # A document the strategy cannot index, or a model that cannot answer it, fails
+        # for good ("failed"); a provider that failed after its retries may recover
+        # ("error": the job is retried with backoff).
+        permanent = isinstance(exc, strategies.StrategyError) or (
+            isinstance(exc, llm.LlmError) and exc.permanent
+        )
+        out["status"] = "failed" if permanent else "error"
         stage = progress[-1] if progress else "indexing"
         out["error"] = f'document "{title}": {cfg.strategy}, while {stage}: {exc}'
     except ValueError as exc:

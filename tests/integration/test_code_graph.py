@@ -344,6 +344,21 @@ def test_graph_channel_in_hybrid_search(
     methods = {c for (c,) in rows(conn, "SELECT chunk_id FROM kb.graph_members('code', 'Shape')")}
     assert methods <= {c for c, _ in hits[:3]}
     assert any(p.startswith("shapes.base.Shape -defines-> ") for _, p in hits[1:3])
+    # Plain words of prose never name a class ("shape", "circle"); written as code they do.
+    def named(query: str) -> set[str]:
+        return {
+            p
+            for (p,) in rows(
+                conn,
+                "SELECT graph_path FROM kb.explain_search('code', %s) WHERE graph_rank IS NOT NULL",
+                query,
+            )
+            if p.startswith("names ")
+        }
+
+    assert not named("what shape does a circle have")
+    assert named("what does `shape` hold") == {"names shapes.base.Shape"}
+    assert "names shapes.circle.Circle" in named("the Circle class: how is its area computed")
     # graph_weight 0 turns the channel off; so does a KB without a knowledge graph.
     off = rows(
         conn,

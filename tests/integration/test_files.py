@@ -355,7 +355,8 @@ def test_urls_fetched_rendered_and_converted(
     assert status["cities"]["status"] == "ready", status
     assert "redirects more than 10 times" in status[site + "/loop"]["error"]
     assert status[site + "/slow"]["error"] == (
-        f'document "{site}/slow": page {site}/slow did not answer within {FETCH_TIMEOUT_S} s')
+        f'document "{site}/slow": page {site}/slow did not answer within {FETCH_TIMEOUT_S} s '
+        "(kb.fetch_timeout_s)")
     assert "answered HTTP 404" in status[site + "/missing"]["error"]
     # Text the page's script wrote is indexed and found; source_uri keeps the URL.
     hits = client.search("web", "zebrafish deployment", method="full_text")

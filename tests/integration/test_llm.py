@@ -158,7 +158,12 @@ def test_fenced_and_malformed_answers(
     assert cached.startswith("Sure! Here is the JSON:")
     # The malformed one was asked twice (once more with the error), then failed clearly.
     windows = [b for b in provider.chat_calls if "› Windows" in json.dumps(b, ensure_ascii=False)]
-    assert len(windows) >= 2
+    # Twice unusable fails for good: one attempt of the job, two calls, no retries.
+    assert len(windows) == 2
+    assert conn.execute(
+        "SELECT status, attempts FROM kb.job j JOIN kb.knowledge_base k ON k.id = j.kb_id "
+        "WHERE k.name = 'p'"
+    ).fetchall() == [("failed", 1)]
     retry = windows[1]["messages"]
     assert retry[-2]["role"] == "assistant" and "cannot be used" in retry[-1]["content"]
     error = client.document_status("p")[0]["error"]

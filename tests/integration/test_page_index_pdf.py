@@ -98,7 +98,11 @@ def test_printed_toc_calibrated_to_physical_pages(
     assert tree[1:] == [("1 Introduction", 0, 4), ("1.1 Scope", 1, 5), ("2 Methods", 0, 6)]
     assert tree[0][0] == "printed.pdf"  # the front matter before the first section
     source, detail = _structure(conn)
-    assert source == "printed_toc" and detail == {"toc_pages": [2], "page_offset": 3}
+    assert source == "printed_toc" and detail == {
+        "toc_pages": [2],
+        "page_offset": 3,
+        "entries": {"found": 3, "approximate": 0, "lost": 0},
+    }
 
 
 def test_printed_toc_entry_off_by_one_is_repaired(
@@ -235,6 +239,7 @@ def test_irregular_toc_lines_are_read_by_the_llm(
         "page_offset": 2,
         "toc_entries_read_by_llm": 3,
         "toc_entries_dropped": 1,
+        "entries": {"found": 3, "approximate": 0, "lost": 0},
     }
 
 
@@ -283,4 +288,5 @@ def test_structure_inferred_by_the_llm_and_small_parts_merged(
         "inferred_headings": 3,
         "inferred_dropped": 1,
         "merged_small_nodes": 1,
+        "entries": {"found": 3, "approximate": 0, "lost": 0},
     }

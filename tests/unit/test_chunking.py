@@ -350,3 +350,23 @@ def test_a_document_cut_ahead_is_built_from_those_rows_once(
     chunk_embed.rows_ahead(text, cfg, None)
     chunk_embed.clear_rows_ahead()
     assert chunk_embed.take_rows(text, cfg, None) is None
+
+
+def test_a_long_heading_never_starves_the_chunk_budget() -> None:
+    """A heading that is a link with a long URL (converted HTML) or just very long: the
+    chunks under it keep their size; the embedded path is cut, never the text."""
+    url = "https://example.org/search?q=" + "&".join(f"p{i}=value{i}" for i in range(60))
+    body = " ".join(f"Sentence {i} says something about the topic at hand." for i in range(60))
+    text = f"# [Results for the query]({url})\n\n{body}\n"
+    chunks = chunk_text(text, chunk_size=200, chunk_overlap=20)
+    assert len(chunks) <= 8, [c.token_count for c in chunks]  # the heading line is text too
+    assert min(c.token_count for c in chunks[:-1] if "Sentence" in c.content) > 100
+    assert chunks[1].heading_path == ["Results for the query"]
+    assert chunks[1].embed_text.split("\n\n")[0] == "Results for the query"
+    long_heading = "# " + " ".join(f"word{i}" for i in range(150)) + "\n\n"
+    chunks = chunk_text(long_heading + body, chunk_size=200, chunk_overlap=20)
+    assert all(tokens.count(c.embed_text) <= 200 for c in chunks)
+    text_chunks = [c for c in chunks[:-1] if "Sentence" in c.content]
+    assert min(c.token_count for c in text_chunks) > 100  # 3/4 of the budget stays text
+    assert chunks[0].heading_path[0].endswith("word149")  # stored whole
+    assert chunks[1].embed_text.split("\n\n")[0].endswith("…")

@@ -215,3 +215,61 @@ def test_comments_and_decorators_above_a_definition_belong_to_it() -> None:
     # A blank line ends the run; nothing above the floor is taken.
     assert chunking._with_leading_comments("# far\n\ndef f(): pass\n", 8, 0) == 8
     assert chunking._with_leading_comments(src, start, src.index("@")) == src.index("@")
+
+
+SUPER_CALLS = '''
+class Base:
+    def save(self):
+        return 1
+
+
+class Middle(Base):
+    def load(self):
+        return 2
+
+
+class Child(Middle):
+    def save(self):
+        super().save()
+        super(Child, self).load()
+        return 3
+
+
+class Unrelated:
+    def save(self):
+        return 4
+
+
+class Leaf(Exception):
+    def save(self):
+        return super().save()
+'''
+
+
+def test_super_calls_resolve_to_the_nearest_base() -> None:
+    graph = code_graph.parse("pkg/shapes.py", SUPER_CALLS)
+    by_id = {v.local_id: v for v in graph.vertices}
+    owner = {d: c for c, d in graph.defines}
+    calls = [
+        (by_id[owner[r.source]].name, r.target_name, r.target, r.resolution, r.confidence)
+        for r in graph.references
+        if r.kind == "calls" and r.qualifier == "super"
+    ]
+    resolved = {
+        (cls, name): (by_id[owner[t]].name if t is not None else None, how, conf)
+        for cls, name, t, how, conf in calls
+    }
+    assert resolved[("Child", "save")] == ("Base", "same_file", 1.0)  # via Middle
+    assert resolved[("Child", "load")] == ("Middle", "same_file", 1.0)
+    assert resolved[("Leaf", "save")] == (None, None, None)  # Exception's: external
+
+
+def test_every_from_import_statement_is_an_edge() -> None:
+    graph = code_graph.parse(
+        "email/parser.py",
+        "from email import errors\nfrom email import message\nfrom email.policy import compat32\n",
+    )
+    imports = [r for r in graph.references if r.kind == "imports"]
+    assert len(imports) == 3
+    assert ["email/errors" in r.modules for r in imports] == [True, False, False]
+    assert ["email/message" in r.modules for r in imports] == [False, True, False]

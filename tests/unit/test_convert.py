@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -241,3 +242,67 @@ def test_isolated_errors_and_limits() -> None:
     with pytest.raises(ConvertError, match=r"took longer than 0.05 s to convert and was stopped"):
         convert.run_isolated({"file_name": "deck.pptx"}, of.pptx_bytes(), Limits(timeout_s=0.05))
     assert json.loads(json.dumps({"ok": True}))  # the protocol is JSON
+
+
+def test_the_converters_stdout_carries_only_its_reply(tmp_path: Path) -> None:
+    """A library that prints to stdout (MuPDF writes its errors there), from Python or
+    from C, cannot corrupt the child's JSON reply; a reply that is not JSON anyway is a
+    ConvertError that names it, not a JSONDecodeError."""
+    import subprocess
+    import sys
+
+    plpython = str(Path(convert.__file__).resolve().parents[1])
+    noisy = (
+        f"import os, sys; sys.path[:0] = [{plpython!r}]; from kbpg_db import convert; "
+        "real = convert.convert\n"
+        "def loud(*a, **k):\n"
+        "    print('MuPDF error: syntax error in xref'); sys.stdout.flush()\n"
+        "    os.write(1, b'warning from C\\n')\n"
+        "    return real(*a, **k)\n"
+        "convert.convert = loud; convert.main()"
+    )
+    header = json.dumps({"file_name": "a.csv", "limits": {}}).encode() + b"\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", noisy], input=header + b"a,b\n1,2\n", capture_output=True,
+        check=True,
+    )
+    reply = json.loads(proc.stdout)
+    assert reply["ok"] and "| a | b |" in reply["content"]
+    assert b"MuPDF error" in proc.stderr and b"warning from C" in proc.stderr
+    garbage = tmp_path / "python"
+    garbage.write_text("#!/bin/sh\ncat > /dev/null\necho 'MuPDF error: cannot find startxref'\n")
+    garbage.chmod(0o755)
+    with pytest.raises(ConvertError, match=r"the converter.s reply is not readable \(MuPDF error"):
+        convert.run_isolated({"file_name": "a.pdf"}, b"%PDF-1.4", Limits(), python=str(garbage))
+
+
+def test_xml_files_convert_by_what_they_hold() -> None:
+    feed = (
+        b'<?xml version="1.0" encoding="utf-8"?>\n<!-- saved from the site -->\n'
+        b'<feed xmlns="http://www.w3.org/2005/Atom"><title>Release notes</title>'
+        b"<entry><title>Version 2</title><summary>Faster indexing of feeds.</summary></entry>"
+        b"</feed>"
+    )
+    out = convert.convert(feed, "releases.xml")
+    assert out.meta["file_type"] == "xml" and out.format == "rss"
+    assert "## Version 2" in out.content and "Faster indexing of feeds." in out.content
+    rss = b"<rss version='2.0'><channel><title>News</title><item><title>Item one</title>" \
+        b"<description>First item.</description></item></channel></rss>"
+    assert "Item one" in convert.convert(rss, "news.xml").content
+    xhtml = b"<?xml version='1.0'?>\n<!DOCTYPE html>\n<html><body><h1>Title</h1><p>Body.</p>" \
+        b"</body></html>"
+    assert convert.convert(xhtml, "page.xml").content.startswith("# Title")
+    config = b"<?xml version='1.0'?><project><artifactId>kbpg-demo</artifactId></project>"
+    out = convert.convert(config, "pom.xml")
+    assert out.format == "xml" and "<artifactId>kbpg-demo</artifactId>" in out.content
+
+
+def test_restructuredtext_titles_become_headings() -> None:
+    rst = (
+        b"=======\n Guide\n=======\n\nIntro.\n\nInstall\n-------\n\nRun it.\n\n"
+        b"On Linux\n~~~~~~~~\n\napt.\n\nUsage\n-----\n\nA transition follows.\n\n----\n\nEnd.\n"
+    )
+    out = convert.convert(rst, "guide.rst")
+    heads = [line for line in out.content.splitlines() if line.startswith("#")]
+    assert heads == ["# Guide", "## Install", "### On Linux", "## Usage"]
+    assert "----" in out.content and "End." in out.content

@@ -97,6 +97,26 @@ def test_discover_walks_folders(tmp_path: Path) -> None:
     assert [f.name for f, _ in found] == ["a.md"]
 
 
+def test_a_package_folder_is_titled_from_above_its_outermost_package(tmp_path: Path) -> None:
+    """`kbpg ingest kb lib/email/mime` titles files as the whole tree would (email/...),
+    so their imports resolve; a plain folder titles from itself."""
+    pkg = tmp_path / "lib" / "email"
+    (pkg / "mime").mkdir(parents=True)
+    for folder in (pkg, pkg / "mime"):
+        (folder / "__init__.py").write_text("")
+    (pkg / "parser.py").write_text("from email import errors\n")
+    (pkg / "mime" / "text.py").write_text("from email.mime import base\n")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("# A\n")
+    for given, want in (
+        (pkg, {"email/parser.py", "email/mime/text.py"}),
+        (pkg / "mime", {"email/mime/text.py"}),
+        (tmp_path / "notes", {"a.md"}),
+    ):
+        titles = {load_file(f, root=root).title for f, root in discover([given])}
+        assert titles == want, given
+
+
 def test_a_100_mb_file_is_refused_clearly(tmp_path: Path) -> None:
     big = tmp_path / "huge.md"
     with big.open("wb") as f:

@@ -116,13 +116,15 @@ def pdf_tree(
         llm,
         ctx.report,
     )
+    # Every entry is a node, even one lost at the start of its page where another starts
+    # too (an empty section before it): the document names it.
     heads = [(e.offset or 0, e.level, e.title) for e in entries]
-    # Two entries at one offset (a title not found on its page): keep the first.
-    heads = [h for i, h in enumerate(heads) if i == 0 or h[0] > heads[i - 1][0]]
     roots = tree_from_heads(doc.title, doc.content, heads)
     if source in ("layout", "llm", "layout+llm"):
+        # A heading read from the layout or by the LLM is kbpg's reading, and may merge;
+        # a numbered one ("2.5 Future developments") is the document's own section.
         for node in _walk(roots):
-            node.drawn = node.has_heading
+            node.drawn = node.has_heading and not pdf_structure.numbered(node.title)
     return roots, {"structure": source, **details}
 
 

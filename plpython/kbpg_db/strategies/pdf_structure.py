@@ -31,7 +31,7 @@ from kbpg_db import tokens
 from kbpg_db.llm import Llm, Request
 
 _TOC_LINE = re.compile(
-    r"^\s*(?P<title>\S.*?)\s*(?:\.{2,}|…+|·{2,}|\s{3,}|\t+)\s*(?P<page>\d{1,4})\s*$"
+    r"^\s*(?P<title>\S.*?)\s*(?:(?:\.[ \t]*){2,}|…+|(?:·[ \t]*){2,}|\s{3,}|\t+)\s*(?P<page>\d{1,4})\s*$"
 )
 _NUMBERING = re.compile(r"^\s*(\d+(?:\.\d+)*)[.)]?\s+\S")
 _CONTENTS = re.compile(r"^\s*(table\s+of\s+)?contents\s*$", re.I)
@@ -47,6 +47,7 @@ class Entry:
     title: str
     page: int  # physical, 1-based
     offset: int | None = None  # where the section starts in the document text
+    located: str = ""  # found (at a line start) | approximate (inside a line) | lost
 
 
 def pages(text: str, page_starts: list[int]) -> list[tuple[int, int]]:
@@ -54,22 +55,45 @@ def pages(text: str, page_starts: list[int]) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(len(page_starts))]
 
 
+def numbered(title: str) -> bool:
+    """Does the title carry the document's own numbering ("2.5 Future developments")?"""
+    return bool(_NUMBERING.match(title))
+
+
 def _level(title: str) -> int:
     m = _NUMBERING.match(title)
     return m.group(1).count(".") + 1 if m else 1
 
 
+# A section label printed before a title the outline names without it: "2.1", "A.3",
+# "IV.", "Chapter 3", "Appendix B:".
+_LABEL = (
+    r"(?:(?:chapter|section|part|appendix)[ \t]+)?"
+    r"(?:\d+(?:\.\d+)*|(?-i:[A-Z])(?:\.\d+)*|(?-i:[IVXLC]+))[.):]?"
+)
+
+
 def _title_pattern(title: str) -> re.Pattern[str]:
     words = [re.escape(w) for w in title.split()]
-    return re.compile(r"(?im)^[ \t]*" + r"\s+".join(words))
+    return re.compile(r"(?im)^[ \t]*(?:" + _LABEL + r"[ \t]+)?" + r"\s+".join(words))
 
 
 def find_on_page(text: str, span: tuple[int, int], title: str) -> int | None:
-    """Offset of the line where ``title`` starts on a page, if it does."""
+    """Offset of the line where ``title`` starts on a page (after a section label such as
+    "2.1" or "Chapter 3", if one is printed before it), if it does."""
     if not title.split():
         return None
     m = _title_pattern(title).search(text, span[0], span[1])
     return m.start() if m else None
+
+
+def find_in_page(text: str, span: tuple[int, int], title: str) -> int | None:
+    """Where ``title`` is printed anywhere on a page (inside a line, across a line break):
+    the start of its line."""
+    m = _loose(title).search(text, span[0], span[1])
+    if m is None:
+        return None
+    return max(span[0], text.rfind("\n", 0, m.start()) + 1)
 
 
 def _entries(items: Any, n_pages: int) -> list[Entry]:
@@ -390,19 +414,29 @@ def from_layout(meta: dict[str, Any], n_pages: int) -> list[Entry]:
 
 
 def locate(text: str, spans: list[tuple[int, int]], entries: list[Entry]) -> list[Entry]:
-    """Character offsets for entries, in document order; a title not found on its page
-    starts at the page's first character. Offsets never go backwards."""
+    """Character offsets for entries, in document order: where the title starts a line on
+    its page (``found``), else the line it is printed in (``approximate``), else the
+    page's first character (``lost``). Offsets never go backwards; no entry is dropped."""
     last = 0
     out: list[Entry] = []
     for e in entries:
         a, b = spans[e.page - 1]
-        at = find_on_page(text, (max(a, last), b), e.title)
+        span = (max(a, last), b)
+        at, how = find_on_page(text, span, e.title), "found"
         if at is None:
-            at = max(a, last)
-        e.offset = at
+            at, how = find_in_page(text, span, e.title), "approximate"
+        if at is None:
+            at, how = span[0], "lost"
+        e.offset, e.located = at, how
         last = at
         out.append(e)
     return out
+
+
+def _located(entries: list[Entry], details: dict[str, Any]) -> dict[str, Any]:
+    """details with how the entries were located: {"found": n, "approximate": n, "lost": n}."""
+    counts = Counter(e.located for e in entries)
+    return {**details, "entries": {k: counts.get(k, 0) for k in ("found", "approximate", "lost")}}
 
 
 def structure(
@@ -421,7 +455,8 @@ def structure(
     ask = llm if llm is not None and llm.available else None
     outline = from_outline(meta, len(spans))
     if outline:
-        return "outline", locate(text, spans, outline), {}
+        located = locate(text, spans, outline)
+        return "outline", located, _located(located, {})
     toc = printed_toc(text, spans, check_pages)
     if toc:
         details: dict[str, Any] = {"toc_pages": [p.page for p in toc]}
@@ -438,11 +473,15 @@ def structure(
         entries, offset = calibrate(text, spans, toc_lines(toc, read), details["toc_pages"])
         if entries:
             details["page_offset"] = offset
-            return "printed_toc", locate(text, spans, entries), details
+            located = locate(text, spans, entries)
+            return "printed_toc", located, _located(located, details)
     layout = from_layout(meta, len(spans))
     gaps = uncovered(layout, len(spans), max_pages) if layout else list(range(1, len(spans) + 1))
     if not gaps or ask is None:
-        return ("layout", locate(text, spans, layout), {}) if layout else ("none", [], {})
+        if not layout:
+            return "none", [], {}
+        located = locate(text, spans, layout)
+        return "layout", located, _located(located, {})
     report(f"inferring the headings of {len(gaps)} page(s) (LLM)")
     found, dropped = infer(text, spans, gaps, ask)
     details = {"inferred_pages": len(gaps), "inferred_headings": len(found)}
@@ -453,4 +492,5 @@ def structure(
         key=lambda e: (e.page, find_on_page(text, spans[e.page - 1], e.title) or 0),
     )
     source = ("layout+llm" if found else "layout") if layout else ("llm" if found else "none")
-    return source, locate(text, spans, merged), details
+    located = locate(text, spans, merged)
+    return source, located, _located(located, details)
