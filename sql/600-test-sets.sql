@@ -51,6 +51,7 @@ DECLARE
   v_kb  kb.knowledge_base := kb._get_kb_for_write(add_test_query.kb);
   v_set bigint := kb._get_test_set(v_kb, test_set);
   v_id  bigint;
+  v_missing text;
 BEGIN
   IF query IS NULL OR btrim(query) = '' THEN
     RAISE EXCEPTION 'a test query must not be empty' USING ERRCODE = 'invalid_parameter_value';
@@ -60,6 +61,17 @@ BEGIN
     RAISE EXCEPTION 'test query "%" must name what it should find (document titles, or "title › section")', query
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- What it should find must be in the KB: a typo would score every run as a miss.
+  SELECT e INTO v_missing FROM unnest(expected) e
+   WHERE NOT EXISTS (SELECT 1 FROM kb.document d
+                      WHERE d.kb_id = v_kb.id AND d.title = split_part(btrim(e), ' › ', 1))
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'test query "%" expects "%", which names no document of knowledge base "%"',
+                    query, v_missing, v_kb.name
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'expected items are document titles, or sections written "title › heading"';
+  END IF;
   INSERT INTO kb.test_query (kb_id, test_set_id, query, expected)
   VALUES (v_kb.id, v_set, query, expected) RETURNING id INTO v_id;
   RETURN v_id;
@@ -67,7 +79,7 @@ END
 $$;
 COMMENT ON FUNCTION kb.add_test_query(text, text, text, text[]) IS
   'Adds a query to a test set with what it should find: document titles, or sections '
-  'written "title › heading › subheading".';
+  'written "title › heading › subheading", of documents in the KB (22023 otherwise).';
 
 CREATE OR REPLACE FUNCTION kb.delete_test_set(kb text, name text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE

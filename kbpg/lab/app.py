@@ -15,13 +15,16 @@ import hmac
 import ipaddress
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from kbpg_db import config
 from psycopg.rows import dict_row
 from psycopg.types.json import Json
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -97,6 +100,18 @@ def _lab(request: Request) -> Lab:
     return lab
 
 
+def _post(work: Callable[[Lab, dict[str, Any]], Response]) -> Callable[[Request], Awaitable[Response]]:
+    """A POST endpoint: the JSON body read on the event loop, the work (blocking database
+    calls) in a worker thread, so one slow request never holds up the others."""
+
+    async def endpoint(request: Request) -> Response:
+        data = await _body(request)
+        return await run_in_threadpool(work, _lab(request), data)
+
+    endpoint.__name__ = work.__name__
+    return endpoint
+
+
 # ---------------------------------------------------------------------------- pages
 
 
@@ -132,7 +147,15 @@ def kb_info(request: Request) -> Response:
         "FROM kb._get_kb(%s) k JOIN kb.kb_index ix ON ix.id = k.active_index_id",
         (name,),
     )
-    return _json(rows[0])
+    info = rows[0]
+    # What the form offers: the methods this KB serves, and only settings it reads.
+    spec = config.STRATEGIES.get(info["strategy"])
+    info["methods"] = list(spec.methods) if spec is not None else list(config.METHODS)
+    unused = config.unused_retrieval_fields(info["strategy"], info["indexing_config"] or {})
+    info["retrieval_config"] = {
+        k: v for k, v in (info["retrieval_config"] or {}).items() if k not in unused
+    }
+    return _json(info)
 
 
 def _search(lab: Lab, kb: str, query: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -156,14 +179,11 @@ def _json(value: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(json.loads(json.dumps(value, default=str)), status)
 
 
-async def search(request: Request) -> Response:
-    data = await _body(request)
-    return _json(_search(_lab(request), _str(data, "kb"), _str(data, "query"), _config(data)))
+def search(lab: Lab, data: dict[str, Any]) -> Response:
+    return _json(_search(lab, _str(data, "kb"), _str(data, "query"), _config(data)))
 
 
-async def compare(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def compare(lab: Lab, data: dict[str, Any]) -> Response:
     kb, query = _str(data, "kb"), _str(data, "query")
     a = _search(lab, kb, query, _config(data, "a"))["results"]
     b = _search(lab, kb, query, _config(data, "b"))["results"]
@@ -206,9 +226,7 @@ def progress(request: Request) -> Response:
     return _json(rows)
 
 
-async def preview(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def preview(lab: Lab, data: dict[str, Any]) -> Response:
     kb = _str(data, "kb")
     text = _str(data, "text", required=False)
     title = data.get("document")
@@ -241,9 +259,7 @@ def test_sets(request: Request) -> Response:
     return _json(rows)
 
 
-async def run_set(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def run_set(lab: Lab, data: dict[str, Any]) -> Response:
     kb, name = _str(data, "kb"), _str(data, "test_set")
     runs = {}
     for side in ("a", "b"):
@@ -259,9 +275,7 @@ async def run_set(request: Request) -> Response:
 # ---------------------------------------------------------------------------- writes
 
 
-async def preset_diff(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def preset_diff(lab: Lab, data: dict[str, Any]) -> Response:
     kb = _str(data, "kb")
     rows = lab.query(
         "SELECT k.retrieval_config AS current, kb.validate_config('retrieval_config', "
@@ -278,9 +292,7 @@ async def preset_diff(request: Request) -> Response:
     return JSONResponse({"diff": diff, "proposed": new})
 
 
-async def preset_apply(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def preset_apply(lab: Lab, data: dict[str, Any]) -> Response:
     kb = _str(data, "kb")
     rows = lab.query(
         "SELECT kb.set_retrieval_config(%s, k.retrieval_config || %s::jsonb) AS cfg "
@@ -290,9 +302,7 @@ async def preset_apply(request: Request) -> Response:
     return JSONResponse({"retrieval_config": rows[0]["cfg"]})
 
 
-async def rechunk(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def rechunk(lab: Lab, data: dict[str, Any]) -> Response:
     config = data.get("indexing_config")
     if not isinstance(config, dict):
         raise LabError("indexing_config must be a JSON object")
@@ -302,9 +312,7 @@ async def rechunk(request: Request) -> Response:
     return JSONResponse({"index_id": rows[0]["id"]})
 
 
-async def document_action(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def document_action(lab: Lab, data: dict[str, Any]) -> Response:
     kb, title, action = _str(data, "kb"), _str(data, "title"), _str(data, "action")
     if action == "usage_mode":
         lab.query("SELECT kb.set_document_usage_mode(%s, %s, %s)",
@@ -318,18 +326,14 @@ async def document_action(request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
-async def save_set(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def save_set(lab: Lab, data: dict[str, Any]) -> Response:
     kb, name = _str(data, "kb"), _str(data, "name")
     queries = testsets.parse_lines(_str(data, "queries"))
     count = testsets.save(lab.connect, kb, name, data.get("description") or "", queries)
     return JSONResponse({"name": name, "queries": count})
 
 
-async def import_beir(request: Request) -> Response:
-    data = await _body(request)
-    lab = _lab(request)
+def import_beir(lab: Lab, data: dict[str, Any]) -> Response:
     limit = data.get("limit")
     count = testsets.import_beir(
         lab.connect, _str(data, "kb"), _str(data, "name"), Path(_str(data, "folder")),
@@ -338,9 +342,8 @@ async def import_beir(request: Request) -> Response:
     return JSONResponse({"name": data["name"], "queries": count})
 
 
-async def delete_set(request: Request) -> Response:
-    data = await _body(request)
-    _lab(request).query("SELECT kb.delete_test_set(%s, %s)", (_str(data, "kb"), _str(data, "name")))
+def delete_set(lab: Lab, data: dict[str, Any]) -> Response:
+    lab.query("SELECT kb.delete_test_set(%s, %s)", (_str(data, "kb"), _str(data, "name")))
     return JSONResponse({"ok": True})
 
 
@@ -382,25 +385,30 @@ async def _lab_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": str(exc), "hint": hint}, status)
 
 
+def favicon(request: Request) -> Response:
+    return Response(status_code=204)  # none: the page asks for no icon (lab.html)
+
+
 def create_app(lab: Lab) -> Any:
     routes = [
         Route("/", page),
+        Route("/favicon.ico", favicon),
         Route("/api/kbs", kbs),
         Route("/api/kb/{kb}", kb_info),
         Route("/api/kb/{kb}/documents", documents),
         Route("/api/kb/{kb}/progress", progress),
         Route("/api/kb/{kb}/test-sets", test_sets),
-        Route("/api/search", search, methods=["POST"]),
-        Route("/api/compare", compare, methods=["POST"]),
-        Route("/api/preview", preview, methods=["POST"]),
-        Route("/api/test-sets/run", run_set, methods=["POST"]),
-        Route("/api/test-sets/save", save_set, methods=["POST"]),
-        Route("/api/test-sets/import-beir", import_beir, methods=["POST"]),
-        Route("/api/test-sets/delete", delete_set, methods=["POST"]),
-        Route("/api/preset/diff", preset_diff, methods=["POST"]),
-        Route("/api/preset/apply", preset_apply, methods=["POST"]),
-        Route("/api/rechunk", rechunk, methods=["POST"]),
-        Route("/api/document", document_action, methods=["POST"]),
+        Route("/api/search", _post(search), methods=["POST"]),
+        Route("/api/compare", _post(compare), methods=["POST"]),
+        Route("/api/preview", _post(preview), methods=["POST"]),
+        Route("/api/test-sets/run", _post(run_set), methods=["POST"]),
+        Route("/api/test-sets/save", _post(save_set), methods=["POST"]),
+        Route("/api/test-sets/import-beir", _post(import_beir), methods=["POST"]),
+        Route("/api/test-sets/delete", _post(delete_set), methods=["POST"]),
+        Route("/api/preset/diff", _post(preset_diff), methods=["POST"]),
+        Route("/api/preset/apply", _post(preset_apply), methods=["POST"]),
+        Route("/api/rechunk", _post(rechunk), methods=["POST"]),
+        Route("/api/document", _post(document_action), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={LabError: _lab_error})

@@ -45,13 +45,27 @@ def import_beir(
         data = load_beir(folder, split)
     except Exception as exc:
         raise LabError(str(getattr(exc, "message", exc))) from None
+    # Only documents the KB holds can be found (a KB of part of the corpus keeps the
+    # queries whose relevant documents it has).
+    import psycopg
+    from psycopg.rows import tuple_row
+
+    try:
+        with connect() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute("SELECT title FROM kb.list_documents(%s)", (kb,))
+            held = {title for (title,) in cur.fetchall()}
+    except psycopg.Error as exc:
+        raise LabError.from_db(exc) from None
     rows = [
-        (text, sorted(d for d, v in data.qrels.get(qid, {}).items() if v > 0))
+        (text, sorted(d for d, v in data.qrels.get(qid, {}).items() if v > 0 and d in held))
         for qid, text in data.queries.items()
     ]
     rows = [(q, e) for q, e in rows if e][: limit or None]
     if not rows:
-        raise LabError(f"{folder} has no {split} queries with relevant documents")
+        raise LabError(
+            f"{folder} has no {split} queries whose relevant documents are in {kb!r}",
+            hint="load the corpus first: kbpg eval, or kbpg ingest",
+        )
     return save(connect, kb, name, f"BEIR {data.name}, {split} split", rows)
 
 

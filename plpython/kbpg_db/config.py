@@ -268,6 +268,32 @@ STRATEGIES: dict[str, StrategySpec] = {
 }
 
 
+# retrieval_config fields that only some knowledge bases read.
+_TREE_FIELDS = frozenset({"max_documents", "toc_token_budget"})
+_EXPANSION_FIELDS = frozenset({"graph_expansion", "expansion_limit"})
+_GRAPH_CHANNEL_FIELDS = frozenset({"graph_weight", "graph_hops", "graph_limit"})
+_FUSION_FIELDS = frozenset({"vector_weight", "rrf_k", "fusion_depth", "fusion"})
+
+
+def unused_retrieval_fields(strategy: str, indexing_config: dict[str, Any]) -> set[str]:
+    """The retrieval_config fields a KB of this strategy and indexing_config never reads
+    (the Retrieval Lab hides them): tree search's outside PageIndex, GraphIndex's
+    expansion outside GraphIndex, the graph channel's without a knowledge graph, fusion's
+    where one method serves."""
+    unused: set[str] = set()
+    if strategy != "page_index":
+        unused |= _TREE_FIELDS
+    if strategy != "graph_index":
+        unused |= _EXPANSION_FIELDS
+    kg = indexing_config.get("knowledge_graph") or {}
+    if not (isinstance(kg, dict) and kg.get("enabled")):
+        unused |= _GRAPH_CHANNEL_FIELDS
+    spec = STRATEGIES.get(strategy)
+    if spec is not None and "hybrid" not in spec.methods:
+        unused |= _FUSION_FIELDS | _GRAPH_CHANNEL_FIELDS
+    return unused
+
+
 GRAPHS = ("document", "heading", "code", "triplets")
 
 

@@ -652,6 +652,45 @@ def _is_navigation(tag: Any) -> bool:
     return any(_NAV_CLASS.match(c) for c in classes)
 
 
+# Page furniture: what a site repeats around every page's content. By element, ARIA role,
+# or a class or id made of these words (sidebar, vector-menu, p-lang, mw-jump-link, ...).
+_FURNITURE_TAGS = ("aside", "footer")
+_FURNITURE_ROLES = {"complementary", "contentinfo", "banner", "search", "menu", "menubar",
+                    "toolbar"}
+_FURNITURE_WORD = re.compile(
+    r"(?i)(?:^|[-_])(?:sidebar|sidenav|menu|menubar|portlet|pinnable|breadcrumbs?|footer|"
+    r"masthead|cookies?|share|social|advert|ads|lang|languages|interlanguage|catlinks|"
+    r"printfooter|jump|editsection|navbox|noprint|indicators|skip|toc|sitenotice)"
+    r"(?:$|[-_])"
+)
+
+
+def _is_furniture(tag: Any) -> bool:
+    if tag.name in _FURNITURE_TAGS:
+        return True
+    if (tag.get("role") or "").lower() in _FURNITURE_ROLES:
+        return True
+    words = [*(tag.get("class") or []), tag.get("id") or ""]
+    return any(_FURNITURE_WORD.search(w) for w in words if w)
+
+
+def _main_content(soup: Any) -> None:
+    """Keep only the page's main content when it marks one (<main>, role=main, a single
+    <article>) holding most of the page's text; otherwise the page stays whole."""
+    body = soup.body or soup
+    total = len(body.get_text(" ", strip=True))
+    marked = soup.find_all("main") + soup.find_all(attrs={"role": "main"})
+    articles = soup.find_all("article")
+    if not marked and len(articles) == 1:
+        marked = articles
+    for main in marked:
+        if total and len(main.get_text(" ", strip=True)) >= 0.3 * total:
+            main.extract()
+            body.clear()
+            body.append(main)
+            return
+
+
 def clean_html(html: str) -> tuple[str, str | None]:
     """The HTML without scripts, styles, frames, event handlers or javascript: links:
     dangerous elements go with their content, then bleach keeps only an allow-list of
@@ -663,9 +702,12 @@ def clean_html(html: str) -> tuple[str, str | None]:
     title = soup.title.get_text(" ", strip=True) if soup.title else None
     for el in soup([*_DROPPED, "title", "head"]):
         el.decompose()
-    # Site navigation (prev/next bars, menus) is boilerplate on every page, not content.
-    for el in soup.find_all(_is_navigation):
-        el.decompose()
+    # Site navigation (prev/next bars, menus), sidebars, footers and language lists are
+    # the site's, repeated on every page, not this page's content.
+    _main_content(soup)
+    for el in soup.find_all(lambda t: _is_navigation(t) or _is_furniture(t)):
+        if not el.decomposed:
+            el.decompose()
     # An admonition's title ("Note", "Warning") is a label, not a section: as a heading it
     # would take the text after the box into a section named "Note".
     for box in soup.find_all(class_=_ADMONITION):

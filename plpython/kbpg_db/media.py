@@ -1,4 +1,4 @@
-"""Embedded media: base64 ``data:`` URIs taken out of a document's text.
+"""Embedded media: ``data:`` URIs (base64 or percent-encoded) taken out of a document's text.
 
 A document converted from DOCX, PPTX or HTML, or Markdown written with inline images,
 can carry megabytes of base64 that would be chunked, embedded and counted against token
@@ -13,6 +13,7 @@ import base64
 import binascii
 import hashlib
 import re
+import urllib.parse
 from dataclasses import dataclass
 
 PREFIX = "kbpg-media:"
@@ -21,6 +22,12 @@ PREFIX = "kbpg-media:"
 _DATA_URI = re.compile(
     r"data:(?P<type>[A-Za-z]+/[A-Za-z0-9.+-]+)(?:;[A-Za-z0-9=._-]+)*;base64,"
     r"(?P<data>[A-Za-z0-9+/]+={0,2})"
+)
+# And one with its content percent-encoded (an SVG icon written inline:
+# data:image/svg+xml,%3Csvg...%3E), up to where a Markdown link or an attribute ends.
+_ENCODED_URI = re.compile(
+    r"data:(?P<type>[A-Za-z]+/[A-Za-z0-9.+-]+)(?:;(?!base64)[A-Za-z0-9=._-]+)*,"
+    r"(?P<data>[^\s)\"'<>\]]+)"
 )
 EXTENSIONS = {
     "image/png": "png",
@@ -49,7 +56,9 @@ class Medium:
 
 
 def has_data_uri(text: str) -> bool:
-    return ";base64," in text and _DATA_URI.search(text) is not None
+    return "data:" in text and (
+        _DATA_URI.search(text) is not None or _ENCODED_URI.search(text) is not None
+    )
 
 
 def extract(text: str) -> tuple[str, list[Medium]]:
@@ -57,13 +66,16 @@ def extract(text: str) -> tuple[str, list[Medium]]:
     distinct one once). A payload that is not valid base64 stays as it was."""
     found: dict[str, Medium] = {}
 
-    def replace(m: re.Match[str]) -> str:
+    def replace(m: re.Match[str], encoded: bool = False) -> str:
         media_type = m.group("type").lower()
         payload = m.group("data")
-        try:
-            data = base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            return m.group(0)
+        if encoded:
+            data = urllib.parse.unquote_to_bytes(payload)
+        else:
+            try:
+                data = base64.b64decode(payload, validate=True)
+            except (binascii.Error, ValueError):
+                return m.group(0)
         if not data:
             return m.group(0)
         digest = hashlib.sha256(data).hexdigest()
@@ -73,4 +85,6 @@ def extract(text: str) -> tuple[str, list[Medium]]:
         return PREFIX + ref
 
     out = _DATA_URI.sub(replace, text)
+    if "data:" in out:
+        out = _ENCODED_URI.sub(lambda m: replace(m, encoded=True), out)
     return out, list(found.values())

@@ -213,7 +213,7 @@ CASES = [
         "22023",
         'file "photo.png" has an unsupported type',
         hint="kbpg converts .atom, .csv, .docx, .epub, .htm, .html, .ipynb, .json, .markdown, "
-        ".md, .pdf, .pptx, .rss, .tsv, .txt, .xhtml, .xls, .xlsm, .xlsx files",
+        ".md, .pdf, .pptx, .rss, .rst, .tsv, .txt, .xhtml, .xls, .xlsm, .xlsx, .xml files",
     ),
     Case(
         "add_file",

@@ -200,7 +200,7 @@ def test_lab_in_a_browser(
         "how many days of paid leave => Leave\n"
         "which items cannot be refunded => Refunds › Refunds › Exceptions\n"
         "overnight delivery in Europe => Shipping\n"
-        "what is the capital of Peru => Travel guide\n"
+        "what is the capital of Peru => Shipping › Peru\n"  # no such section: a miss
     )
     d.find_element("css selector", "#new-set button").click()
     _wait(d, lambda: _css(d, "#sets tr[data-set='smoke']"), "the saved test set")
@@ -216,7 +216,16 @@ def test_lab_in_a_browser(
     assert len(runs) == 2 and runs[0][0]["queries"] == 4
     _shot(d, "test-set")
 
-    # BEIR import.
+    # BEIR import: of the queries whose relevant documents the KB holds (five here).
+    from kbpg.evaluate import load_beir
+
+    beir = load_beir(BEIR, "test")
+    for qid in list(beir.queries)[:5]:
+        for doc_id, grade in beir.qrels[qid].items():
+            if grade > 0 and doc_id in beir.corpus:
+                title, text = beir.corpus[doc_id]
+                conn.execute("SELECT kb.put_document('handbook', %s, %s)",
+                             (doc_id, f"{title}\n\n{text}"))
     _set(d.find_element("id", "beir-name"), "scifact-5")
     _set(d.find_element("id", "beir-folder"), str(BEIR))
     _set(d.find_element("id", "beir-limit"), "5")
@@ -317,3 +326,67 @@ def test_lab_beyond_loopback_needs_a_token(serve: Callable[..., str], handbook: 
     assert denied.value.code == 401
     ok = urllib.request.urlopen(base + "api/kbs?token=s3cret").read()
     assert "handbook" in ok.decode()
+
+
+def test_lab_serves_requests_side_by_side_and_offers_only_what_a_kb_reads(
+    serve: Callable[..., str], handbook: str, conn: psycopg.Connection, client: Client
+) -> None:
+    import asyncio
+
+    import httpx
+
+    class SlowLab(Lab):
+        """One slow query (a long preview), as a big document makes."""
+
+        def query(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+            if "preview_chunks" in sql:
+                time.sleep(2.0)
+            return super().query(sql, params)
+
+    lab = SlowLab(conn.info.dsn)
+    app = create_app(lab)
+    headers = {"X-Kbpg-Lab": lab.csrf}
+
+    async def both() -> tuple[float, float]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://lab") as http:
+            started = time.monotonic()
+
+            async def timed(coro: Any) -> float:
+                response = await coro
+                assert response.status_code == 200, response.text
+                return time.monotonic() - started
+
+            slow = timed(http.post("/api/preview", json={"kb": handbook, "text": "# A\n\nb"},
+                                   headers=headers))
+            fast = timed(http.post("/api/search", json={"kb": handbook, "query": "refund"},
+                                   headers=headers))
+            took_slow, took_fast = await asyncio.gather(slow, fast)
+            return took_slow, took_fast
+
+    took_slow, took_fast = asyncio.run(both())
+    assert took_slow >= 2.0 and took_fast < 1.5, (took_slow, took_fast)
+    # No favicon request fails; a chunk_embed KB's form has no tree or graph settings.
+    base = serve(conn.info.dsn)
+    assert urllib.request.urlopen(base + "favicon.ico").status == 204
+    info = json.loads(urllib.request.urlopen(base + f"api/kb/{handbook}").read())
+    assert info["methods"] == ["hybrid", "vector", "full_text"]
+    for unused in ("max_documents", "toc_token_budget", "graph_expansion", "graph_weight"):
+        assert unused not in info["retrieval_config"], unused
+    assert "vector_weight" in info["retrieval_config"]
+    # A test query must expect documents the KB holds.
+    page = urllib.request.urlopen(base).read().decode()
+    csrf = page.split('data-csrf="')[1].split('"')[0]
+    req = urllib.request.Request(
+        base + "api/test-sets/save",
+        data=json.dumps({"kb": handbook, "name": "typo",
+                         "queries": "money back => Refund\n"}).encode(),
+        headers={"Content-Type": "application/json", "X-Kbpg-Lab": csrf},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req)
+    assert refused.value.code == 400
+    error = json.loads(refused.value.read())["error"]
+    assert error == ('test query "money back" expects "Refund", which names no document of '
+                     'knowledge base "handbook"')
+    assert conn.execute("SELECT count(*) FROM kb.test_set").fetchone() == (0,)

@@ -161,3 +161,16 @@ def test_document_chunking_keeps_to_chunk_settings() -> None:
             document_chunking(kb, bad)
     with pytest.raises(ValueError, match="for chunk_embed knowledge bases"):
         document_chunking({**kb, "strategy": "page_index"}, {"chunk_size": 50})
+
+
+def test_retrieval_fields_a_kb_never_reads() -> None:
+    from kbpg_db.config import unused_retrieval_fields
+
+    plain = unused_retrieval_fields("chunk_embed", {})
+    assert {"max_documents", "graph_expansion", "graph_weight"} <= plain
+    assert "vector_weight" not in plain and "top_k" not in plain
+    with_graph = unused_retrieval_fields("chunk_embed", {"knowledge_graph": {"enabled": True}})
+    assert "graph_weight" not in with_graph and "graph_hops" not in with_graph
+    tree = unused_retrieval_fields("page_index", {})
+    assert "max_documents" not in tree and {"vector_weight", "fusion"} <= tree
+    assert "graph_expansion" not in unused_retrieval_fields("graph_index", {})

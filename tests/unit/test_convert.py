@@ -306,3 +306,40 @@ def test_restructuredtext_titles_become_headings() -> None:
     heads = [line for line in out.content.splitlines() if line.startswith("#")]
     assert heads == ["# Guide", "## Install", "### On Linux", "## Usage"]
     assert "----" in out.content and "End." in out.content
+
+
+WIKI_LIKE = """<!DOCTYPE html><html><head><title>Zebrafish - Encyclopedia</title></head><body>
+<a class="mw-jump-link" href="#content">Jump to content</a>
+<header class="vector-header"><div class="vector-menu">Main menu Navigation Contents</div>
+  <div class="vector-pinnable-header">Main menu <span>move to sidebar</span> hide</div></header>
+<div id="mw-panel" class="vector-sidebar">Current events Random article Donate</div>
+<main id="content">
+  <h1>Zebrafish</h1>
+  <div id="toc" class="toc">Contents 1 Habitat 2 Research</div>
+  <p>The zebrafish is a freshwater fish of the minnow family.
+     <img src="data:image/svg+xml,%3Csvg%20xmlns%3D%22http://www.w3.org/2000/svg%22%3E%3C/svg%3E"
+          alt="icon"></p>
+  <h2>Habitat<span class="mw-editsection">[edit]</span></h2>
+  <p>It lives in streams and rice paddies of South Asia.</p>
+  <h2>Research</h2><p>It is a model organism in developmental biology.</p>
+  <div class="navbox">Fish families: Cyprinidae Danionidae Xenocyprididae</div>
+</main>
+<div id="p-lang" class="vector-menu interlanguage">Deutsch Español Français 日本語</div>
+<footer id="footer">This page was last edited on 1 May. Privacy policy. About.</footer>
+</body></html>"""
+
+
+def test_html_keeps_the_main_content_without_page_furniture() -> None:
+    out = convert.convert_html(WIKI_LIKE, Limits())
+    text, found = media.extract(out.content)
+    for furniture in ("Jump to content", "move to sidebar", "Random article", "Deutsch",
+                      "last edited", "[edit]", "Cyprinidae", "Contents 1"):
+        assert furniture not in text, furniture
+    assert text.startswith("# Zebrafish")
+    assert "## Habitat" in text and "rice paddies" in text and "model organism" in text
+    # The inline SVG (percent-encoded, not base64) goes to media, not into the text.
+    assert "data:" not in text and [m.media_type for m in found] == ["image/svg+xml"]
+    assert found[0].data.startswith(b"<svg")
+    # A page without a marked main part keeps all of its text but the furniture.
+    plain = "<html><body><div class='sidebar'>Links</div><p>Only text.</p></body></html>"
+    assert convert.convert_html(plain, Limits()).content.strip() == "Only text."

@@ -76,13 +76,14 @@ async function selectKb(name) {
   $("#kb-info").textContent =
     `${state.info.strategy} · ${state.info.indexing_config.embedding_model}` +
     (readOnly ? " · read-only" : "");
+  CHOICES.method = state.info.methods;  // only what this KB serves
   buildFields($("#config-a .fields"), state.info.retrieval_config);
   buildFields($("#config-b .fields"), state.info.retrieval_config);
   $("#chunk-config").value = JSON.stringify(state.info.indexing_config, null, 2);
   await Promise.all([loadDocs(), loadSets()]);
 }
 
-// A field per retrieval_config key of the KB: its strategy's settings are all there.
+// A field per retrieval_config key the KB reads (the server leaves out the rest).
 const FIRST = ["method", "top_k", "fusion", "vector_weight", "rrf_k", "fusion_depth", "similarity_threshold",
   "rerank", "rerank_model", "candidate_count", "rerank_threshold", "filter", "ef_search", "bm25_k1", "bm25_b"];
 
