@@ -151,7 +151,7 @@ BEGIN
   -- (3 draws of 200 queries) recall@10 at ef_search 100 is 0.992-0.998, above 128's at
   -- 200 (0.98-0.998, with whole misses) and 64's (0.90-0.97), and ef_search 100 is the
   -- default on these graphs (kb._hnsw_default_ef); building and inserting cost more
-  -- (README "Performance").
+  -- (docs/performance.md).
   EXECUTE format(
     'CREATE INDEX IF NOT EXISTS %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) '
     'WITH (ef_construction = 256) WHERE index_id = %s',

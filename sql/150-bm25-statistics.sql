@@ -7,7 +7,7 @@
 -- never deadlock on the shared term_stat rows; the lock is held only for the short
 -- write phase of a job (chunking and embedding happen before it). The triggers loop over the
 -- KBs in the statement's transition table (one, for a job's chunks) so that each statement
--- reads and writes one KB's rows (README "Beyond one machine").
+-- reads and writes one KB's rows (docs/operations.md, "Beyond one machine").
 
 CREATE OR REPLACE FUNCTION kb._lock_index_stats(p_index_ids bigint[]) RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -346,8 +346,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION kb.set_document_chunking(text, text, jsonb) IS
-  'Gives one document its own chunking settings over its KB''s indexing_config (seed 003''s '
-  'ChunkingOverride: chunker, chunk_size, chunk_overlap, chunk_unit, separators, '
+  'Gives one document its own chunking settings over its KB''s indexing_config (chunker, chunk_size, chunk_overlap, chunk_unit, separators, '
   'sentences_per_chunk, semantic_percentile, title_line, code_chunking; never the model), '
   'checked over the KB''s config, kept across reindexes, and re-indexes the document; NULL '
   'or ''{}'' clears them. Returns the document id.';

@@ -1,7 +1,7 @@
 -- The indexing job queue: enqueue, claim (FOR UPDATE SKIP LOCKED), run, fail and retry.
 --
 -- A job is addressed by its KB and its id: every statement below reads and writes one
--- KB's rows, kb_id fixed (README "Beyond one machine": Citus runs each on the KB's node).
+-- KB's rows, kb_id fixed (docs/operations.md, "Beyond one machine": Citus runs each on the KB's node).
 -- A claim takes jobs of one KB.
 
 CREATE OR REPLACE FUNCTION kb._enqueue(p_kb_id integer, p_document_id bigint, p_index_id bigint)

@@ -406,7 +406,7 @@ END
 $$;
 COMMENT ON FUNCTION kb._bm25_search(integer, bigint, text, integer, double precision, double precision, jsonb) IS
   'Internal: kb.bm25_search within one knowledge base: every statement reads that kb_id''s '
-  'rows only (what Citus routes to the node holding the KB; README "Beyond one machine").';
+  'rows only (what Citus routes to the node holding the KB; docs/operations.md, "Beyond one machine").';
 
 CREATE OR REPLACE FUNCTION kb.bm25_search(index_id bigint, query text, top_k integer DEFAULT 10,
                                           k1 double precision DEFAULT 1.2,

@@ -5,7 +5,7 @@ LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   -- Read from the index's own options, so a graph built with a lower ef_construction
-  -- keeps the ef its recall needs until the KB is reindexed (README "Performance").
+  -- keeps the ef its recall needs until the KB is reindexed (docs/performance.md).
   SELECT CASE WHEN coalesce(max(substr(o, 17)::integer), 64) >= 256 THEN 100 ELSE 200 END
   FROM pg_class c, unnest(c.reloptions) o
   WHERE c.oid = to_regclass('kb.embedding_hnsw_' || p_index_id) AND o LIKE 'ef_construction=%'
@@ -62,7 +62,7 @@ END
 $$;
 COMMENT ON FUNCTION kb._vector_search(integer, bigint, real[], integer, jsonb, integer) IS
   'Internal: kb.vector_search within one knowledge base: every statement reads that kb_id''s '
-  'rows only (what Citus routes to the node holding the KB; README "Beyond one machine").';
+  'rows only (what Citus routes to the node holding the KB; docs/operations.md, "Beyond one machine").';
 
 CREATE OR REPLACE FUNCTION kb.vector_search(index_id bigint, query_embedding real[],
                                             top_k integer DEFAULT 10, filter jsonb DEFAULT NULL,
@@ -354,7 +354,7 @@ $$;
 COMMENT ON FUNCTION kb._search_core(integer, text, jsonb) IS
   'Internal: every stage of a search (vector, BM25, fusion, rerank) of one knowledge base, '
   'by kb_id, for kb.search, kb.explain_search and kb.build_context. Every statement reads '
-  'that kb_id''s rows only (README "Beyond one machine").';
+  'that kb_id''s rows only (docs/operations.md, "Beyond one machine").';
 
 CREATE OR REPLACE FUNCTION kb._overrides(named jsonb, options jsonb) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE

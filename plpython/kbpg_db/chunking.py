@@ -7,7 +7,7 @@ the window offers. Every chunk is an exact slice of the source, so its character
 offsets are exact; overlap starts the next window up to ``chunk_overlap`` tokens back,
 at a word boundary.
 
-``cjk`` is the separator-hierarchy splitter of seed 002, for text without spaces between
+``cjk`` is a separator-hierarchy splitter, for text without spaces between
 words (Chinese, Japanese) as much as for any other: the text is split with no overlap at
 the first separator of ``\\n\\n``, ``\\n``, ``。``, ``！``, ``？``, ``. ``, ``! ``, ``? ``,
 ``；``, ``; ``, ``，``, ``, ``, space that leaves pieces within the size (the next one

@@ -1,5 +1,5 @@
-"""Communities of the triplet graph, each summarised by the LLM (seed 001's
-community-summary variant), kept current as documents change.
+"""Communities of the triplet graph, each summarised by the LLM,
+kept current as documents change.
 
 The entity graph of an index generation (entities merged by key and recorded merges,
 relations as weighted undirected edges) is split by label propagation: every entity takes

@@ -90,7 +90,7 @@ class ChunkEmbedExtra(_Strict):
 
 
 class PageIndexExtra(LlmSettings):
-    """PageIndex: a document's heading tree with per-node summaries (seed 000)."""
+    """PageIndex: a document's heading tree with per-node summaries."""
 
     if_add_node_summary: YesNo = "yes"
     if_add_doc_description: YesNo = "yes"
@@ -298,7 +298,7 @@ GRAPHS = ("document", "heading", "code", "triplets")
 
 
 class KnowledgeGraphSettings(LlmSettings):
-    """The knowledge-graph index of a ChunkEmbed KB (seed 001's KnowledgeGraph index method),
+    """The knowledge-graph index of a ChunkEmbed KB,
     beside its vectors and BM25: graphs of vertices and edges in kb.graph_node and
     kb.graph_edge, read by the graph SQL functions and by search's graph channel. The LLM
     settings (``model``, ``api_base``, ...) serve the triplet graph."""
@@ -422,7 +422,7 @@ class IndexingConfig(_Strict):
     )
     batch_tokens: int = Field(250_000, ge=100, le=2_000_000)
     batch_size: int = Field(64, ge=1, le=4096)
-    # Remote providers: batches of one document in flight at once (seed 004 embeds in
+    # Remote providers: batches of one document in flight at once (embedded in
     # parallel); the local model uses the server's cores instead.
     embedding_concurrency: int = Field(4, ge=1, le=32)
     max_retries: int = Field(5, ge=0, le=20)
@@ -604,7 +604,7 @@ class RetrievalConfig(_Strict):
     # above its mean, weighted (vector_weight, 1 - that, graph_weight) and summed, a
     # candidate missing from a list counting as 1 below that list's lowest; a channel sure
     # of a result (one score far above the rest) outweighs one that is not. rrf: ranks only
-    # (weight / (rrf_k + rank)). zscore won on both our sets (bench/README).
+    # (weight / (rrf_k + rank)). zscore won on both our sets (docs/performance.md).
     fusion: Literal["zscore", "rrf"] = "zscore"
 
     @model_validator(mode="after")

@@ -45,7 +45,7 @@ def config_error(plpy: Any, exc: Any) -> NoReturn:
     hint = (
         "kind is indexing_config or retrieval_config"
         if kind == "config"
-        else f"the README lists the {kind} fields and their ranges"
+        else f"docs/configuration.md lists the {kind} fields and their ranges"
     )
     fail(plpy, problems[0], INVALID_PARAMETER, detail, hint)
 
@@ -594,7 +594,7 @@ def document_chunking(plpy: Any, indexing_config: Any, chunking: Any) -> str:
     try:
         return json.dumps(config.document_chunking(_json(indexing_config), _json(chunking)))
     except ValueError as exc:
-        fail(plpy, str(exc), INVALID_PARAMETER, hint="the README lists the indexing_config fields")
+        fail(plpy, str(exc), INVALID_PARAMETER, hint="docs/configuration.md lists the indexing_config fields")
 
 
 # ---------------------------------------------------------------- files, URLs and media

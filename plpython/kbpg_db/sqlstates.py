@@ -3,7 +3,7 @@
 The SQL functions raise them (``RAISE ... USING ERRCODE``), the PL/Python modules through
 ``sqlapi.fail``, the Python client turns each into its ``kbpg.errors`` class, and the
 Retrieval Lab into an HTTP status. ``tests/unit/test_sqlstates.py`` checks that every code
-the SQL and the Python raise is here, that each class exists, and that the README's error
+the SQL and the Python raise is here, that each class exists, and that docs/errors.md's
 list names them all.
 """
 

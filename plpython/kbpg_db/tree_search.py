@@ -36,7 +36,7 @@ MAX_ROUNDS = 6
 
 class Generation(NamedTuple):
     """The index generation searched, with its knowledge base: every query reads that
-    kb_id's rows only (README "Beyond one machine")."""
+    kb_id's rows only (docs/operations.md, "Beyond one machine")."""
 
     kb_id: int
     index_id: int

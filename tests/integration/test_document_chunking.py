@@ -1,4 +1,4 @@
-"""Per-document chunking (seed 003's ChunkingOverride): one document split its own way,
+"""Per-document chunking: one document split its own way,
 the others as their KB says, kept across reindexes; bad settings named, nothing changed."""
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import pytest
 from kbpg.client import AsyncClient, Client
 from kbpg.errors import ConfigError
 
-README_RC = "the README lists the retrieval_config fields and their ranges"
-README_IC = "the README lists the indexing_config fields and their ranges"
+README_RC = "docs/configuration.md lists the retrieval_config fields and their ranges"
+README_IC = "docs/configuration.md lists the indexing_config fields and their ranges"
 NO_KB = 'knowledge base "nope" does not exist'
 LIST_HINT = "kb.list_knowledge_bases() lists them"
 

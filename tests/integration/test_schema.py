@@ -274,7 +274,7 @@ def test_every_per_kb_table_is_keyed_by_kb_id(conn: psycopg.Connection) -> None:
 def test_readme_distributes_exactly_the_per_kb_tables(conn: psycopg.Connection) -> None:
     import re
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     distributed = set(re.findall(r"create_distributed_table\('kb\.(\w+)', 'kb_id'", readme))
     reference = set(re.findall(r"create_reference_table\('kb\.(\w+)'\)", readme))
     tables = {

@@ -1,5 +1,5 @@
 """One table of SQLSTATEs (kbpg_db.sqlstates): what the SQL and the PL/Python raise, what
-the client's classes and the lab's HTTP statuses are, and what the README lists."""
+the client's classes and the lab's HTTP statuses are, and what docs/errors.md lists."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_the_lab_answers_each_code_with_its_status(state: sqlstates.SqlState) ->
     assert LabError.from_db(Exc()).status == state.http
 
 
-def test_the_readme_lists_every_code() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_error_docs_list_every_code() -> None:
+    readme = (ROOT / "docs" / "errors.md").read_text()
     table = dict(re.findall(r"^\| `([0-9A-Z]{5})` \| `?([A-Za-z]+Error)`? \|", readme, re.M))
     assert table == {s.code: s.error for s in STATES}

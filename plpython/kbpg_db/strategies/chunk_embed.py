@@ -1,4 +1,4 @@
-"""ChunkEmbed: split the text into chunks and embed each one (seed 000's default)."""
+"""ChunkEmbed: split the text into chunks and embed each one (the default strategy)."""
 
 from __future__ import annotations
 
