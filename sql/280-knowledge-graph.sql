@@ -660,22 +660,17 @@ DECLARE
   v_src bigint[];
 BEGIN
   -- The words and identifiers of the query (dotted and :: names whole and by last part),
-  -- without stop words: what a vertex's name may equal.
-  v_terms := ARRAY(
-    SELECT DISTINCT lower(w) FROM (
-      SELECT m[1] AS w FROM regexp_matches(p_query,
-             '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)*)', 'g') AS m
-      UNION ALL
-      SELECT regexp_replace(m[1], '^.*(\.|::)', '') FROM regexp_matches(p_query,
-             '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)+)', 'g') AS m
-    ) x
-    WHERE length(w) >= 3 AND ts_lexize('english_stem', lower(w)) <> '{}');
-  -- Of those, the identifier-shaped ones: with _ or a digit, dotted or ::, in `code`, or
-  -- with a capital after the first letter (getValue, HTTPServer). A plain word
-  -- ("message") names a definition only written in its case ("Message"), and then
-  -- below one written as code: prose is full of words that are also class names.
-  v_ident := ARRAY(
-    SELECT DISTINCT lower(x.w) FROM (
+  -- without stop words: what a vertex's name may equal (v_terms). Of those, the
+  -- identifier-shaped ones (v_ident): with _ or a digit, dotted or ::, in `code`, or with
+  -- a capital after the first letter (getValue, HTTPServer). A plain word ("message")
+  -- names a definition only written in its case ("Message"), and then below one written
+  -- as code: prose is full of words that are also class names. (A `code` word is also
+  -- one of the first pattern's words, so it adds nothing to v_terms.)
+  SELECT coalesce(array_agg(DISTINCT lower(x.w)) FILTER (
+           WHERE length(x.w) >= 3 AND ts_lexize('english_stem', lower(x.w)) <> '{}'), '{}'),
+         coalesce(array_agg(DISTINCT lower(x.w)) FILTER (WHERE x.ident), '{}')
+    INTO v_terms, v_ident
+    FROM (
       SELECT m[1] AS w, m[1] ~ '[_$0-9]|\.|::|^.+[A-Z]' AS ident FROM regexp_matches(p_query,
              '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)*)', 'g') AS m
       UNION ALL
@@ -683,8 +678,7 @@ BEGIN
              '([A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)+)', 'g') AS m
       UNION ALL
       SELECT m[1], true FROM regexp_matches(p_query, '`([A-Za-z_$][A-Za-z0-9_$]*)`', 'g') AS m
-    ) x
-    WHERE x.ident);
+    ) x;
   v_words := ARRAY(SELECT m[1] FROM regexp_matches(p_query, '([A-Za-z_$][A-Za-z0-9_$]*)', 'g') AS m);
   -- Seeds: definitions and files the query names, headings whose title it contains.
   -- Scored by how exactly they match: the same case, a definition, a qualified name.

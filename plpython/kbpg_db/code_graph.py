@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -443,23 +443,6 @@ class _Walker:
             return list(self.includes)
         return []
 
-    def enclosing_class(self, local_id: int) -> int | None:
-        owner_of = {d: c for c, d in self.defines}
-        v: int | None = local_id
-        while v is not None and v != 0:
-            if self.vertices[v].kind in CLASS_LIKE:
-                return v
-            v = owner_of.get(v)
-        return None
-
-    def base_modules(self, local_id: int) -> list[str]:
-        cls = self.enclosing_class(local_id)
-        out: list[str] = []
-        for r in self.references:
-            if r.source == cls and r.kind == "inherits":
-                out += [m for m in r.modules if m not in out]
-        return out
-
     # -- imports
     def imports(self, node: Any) -> None:
         lang = self.language
@@ -701,9 +684,9 @@ class _Walker:
                     qualifier = _text(obj) if obj is not None else None
                 source = here.local_id if here is not None else 0
                 if self.language != "rust" and qualifier and _SUPER.match(qualifier):
-                    # super().m(), super(C, self).m(), super.m(): a base class's m, from
-                    # the modules the enclosing class's bases come from.
-                    self.ref(source, "calls", name, node, "super", self.base_modules(source))
+                    # super().m(), super(C, self).m(), super.m(): a base class's m
+                    # (_resolve_local finds it, or names the bases' modules).
+                    self.ref(source, "calls", name, node, "super", [])
                 else:
                     self.ref(source, "calls", name, node, qualifier)
         for child in node.named_children:
@@ -886,10 +869,21 @@ def _resolve_local(graph: CodeGraph, refs: list[Reference]) -> list[Reference]:
     seen: set[tuple[int, str, str, str | None]] = set()
     resolved: set[tuple[int, str, int]] = set()
     classes = {v.name: v.local_id for v in graph.vertices if v.kind in CLASS_LIKE}
-    bases: dict[int, list[int]] = {}
+    bases: dict[int, list[int]] = {}  # a class's bases defined in this file
+    base_modules: dict[int, list[str]] = {}  # the modules any of its bases may come from
     for r in refs:
-        if r.kind == "inherits" and r.target_name in classes and not r.qualifier:
+        if r.kind != "inherits":
+            continue
+        if r.target_name in classes and not r.qualifier:
             bases.setdefault(r.source, []).append(classes[r.target_name])
+        known = base_modules.setdefault(r.source, [])
+        known += [m for m in r.modules if m not in known]
+
+    def class_of(local_id: int) -> int:
+        """The class a definition is in (itself, if a class), else its outermost owner."""
+        while local_id in owner_of and graph.vertices[local_id].kind not in CLASS_LIKE:
+            local_id = owner_of[local_id]
+        return local_id
     for r in refs:
         # One import edge per statement (two `from email import ...` lines differ in
         # what they import), one edge per other reference and target.
@@ -914,9 +908,8 @@ def _resolve_local(graph: CodeGraph, refs: list[Reference]) -> list[Reference]:
         if r.qualifier == "super" and graph.language != "rust":
             # The nearest base defined in this file that has the member, breadth first
             # through the inheritance; else another file's (the bases' modules) or none.
-            cls = r.source
-            while cls in owner_of and graph.vertices[cls].kind not in CLASS_LIKE:
-                cls = owner_of[cls]
+            cls = class_of(r.source)
+            r = replace(r, modules=base_modules.get(cls, []))
             found: list[Vertex] = []
             frontier, visited = list(bases.get(cls, [])), {cls}
             while frontier and not found:
@@ -925,9 +918,7 @@ def _resolve_local(graph: CodeGraph, refs: list[Reference]) -> list[Reference]:
                 frontier = [b for f in frontier for b in bases.get(f, []) if b not in visited]
             cands = found
         elif r.qualifier in _SELF and cands:
-            cls = r.source
-            while cls in owner_of and graph.vertices[cls].kind not in CLASS_LIKE:
-                cls = owner_of[cls]
+            cls = class_of(r.source)
             mine = [v for v in cands if owner_of.get(v.local_id) == cls]
             cands = mine or cands
         elif r.qualifier and r.qualifier not in _SELF and r.modules:
