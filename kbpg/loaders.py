@@ -90,6 +90,14 @@ def load_text(path: Path) -> str:
     return _check_text(path, text.replace("\r\n", "\n"))
 
 
+def reads_pdf() -> bool:
+    """Whether this client reads PDFs itself (pymupdf, kbpg[server]); a client install
+    without it sends them to the server, whose indexing job converts them the same way."""
+    import importlib.util
+
+    return importlib.util.find_spec("pymupdf") is not None
+
+
 def load_pdf(path: Path, data: bytes) -> tuple[str, list[int], dict[str, Any]]:
     """Text of every page of the PDF ``data`` (read from ``path``) joined by a blank line,
     each page's start offset, and metadata (kbpg_db.convert, as the server converts)."""
@@ -132,12 +140,15 @@ def load_file(
     page_starts = None
     original = None
     content = ""
+    server_converts = suffix in CONVERTED_SUFFIXES or (
+        suffix in PDF_SUFFIXES and not reads_pdf()
+    )
     try:
-        if suffix in PDF_SUFFIXES:
+        if server_converts:
+            original = path.read_bytes()
+        elif suffix in PDF_SUFFIXES:
             original = path.read_bytes()  # kept too: Doc2JSON's image mode renders its pages
             content, page_starts, meta = load_pdf(path, original)
-        elif suffix in CONVERTED_SUFFIXES:
-            original = path.read_bytes()
         else:
             content = load_text(path)
     except OSError as exc:
@@ -147,7 +158,7 @@ def load_file(
             title = path.relative_to(root).as_posix() if root else path.name
         except ValueError:
             title = path.name
-    if suffix in CONVERTED_SUFFIXES:
+    if server_converts:
         return LoadedDocument(
             title=title,
             content="",

@@ -11,7 +11,7 @@ table locks the scripts need are taken before any of them runs (``tables_to_lock
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,26 +19,11 @@ from typing import Any
 
 from kbpg_db import __version__, sqlgen
 
-from kbpg.cluster import REPO_ROOT
-from kbpg.errors import KbpgError
+from kbpg.errors import InstallError, KbpgError
+from kbpg.resources import migrations_dir, sql_dir
 
 LOCK_KEY = 1801_0001
 SEARCH_PATH = "SET search_path = kb, pg_catalog, pg_temp"
-
-
-def sql_dir() -> Path:
-    return REPO_ROOT / "sql"
-
-
-def migrations_dir() -> Path:
-    return REPO_ROOT / "migrations"
-
-
-def plpython_source() -> Path:
-    spec = importlib.util.find_spec("kbpg_db")
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return REPO_ROOT / "plpython" / "kbpg_db"
 
 
 @dataclass
@@ -237,3 +222,74 @@ def _migrate_once(
                     (__version__,),
                 )
     return applied
+
+
+MIN_PGVECTOR = (0, 8)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def check_server(conn: Any) -> None:
+    """What `kbpg install` needs of the server before it changes anything: a superuser
+    (plpython3u is an untrusted language: only a superuser creates its functions), and
+    the extensions plpython3u and vector >= 0.8 installed on the server. Each miss is an
+    :class:`InstallError` that says what to install."""
+    row = conn.execute(
+        "SELECT r.rolsuper, current_user, current_setting('server_version') "
+        "FROM pg_roles r WHERE r.rolname = current_user"
+    ).fetchone()
+    superuser, user, server_version = row
+    if not superuser:
+        raise InstallError(
+            f"kbpg install must run as a superuser; {user} is not one",
+            detail="it creates PL/Python (plpython3u) functions, and plpython3u is an untrusted "
+            "language",
+            hint="connect as a superuser (e.g. --dsn 'host=... user=postgres'); members and "
+            "applications then use kbpg as ordinary roles (docs/security.md)",
+        )
+    found = dict(
+        conn.execute(
+            "SELECT name, coalesce(installed_version, default_version) "
+            "FROM pg_available_extensions WHERE name IN ('vector', 'plpython3u')"
+        ).fetchall()
+    )
+    major = server_version.split(".")[0].split(" ")[0]
+    if "plpython3u" not in found:
+        raise InstallError(
+            f"the database server (PostgreSQL {server_version}) has no PL/Python (plpython3u)",
+            hint=f"on its host: apt install postgresql-plpython3-{major}, or "
+            "sudo kbpg server-setup --system-packages",
+        )
+    vector = found.get("vector")
+    if vector is None or _version_tuple(vector) < MIN_PGVECTOR:
+        raise InstallError(
+            "the database server has "
+            + (f"pgvector {vector}" if vector else "no pgvector")
+            + f"; kbpg needs pgvector >= {'.'.join(map(str, MIN_PGVECTOR))}",
+            detail="HNSW iterative scans (filtered vector search) came with pgvector 0.8",
+            hint=f"on its host: apt install postgresql-{major}-pgvector (>= 0.8), or "
+            "sudo kbpg server-setup --system-packages",
+        )
+
+
+def check_python(conn: Any) -> None:
+    """That the server's PL/Python loads kbpg's package of this release with the packages
+    it imports: kb.python_init (the package and its version) and a chunking call
+    (tiktoken, pydantic). A miss is an :class:`InstallError` naming the server's error."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            conn.execute("SELECT kb.python_init()")
+            conn.execute("SELECT count(*) FROM kb.preview_chunks('# Check\n\nkbpg.', '{}')")
+    except psycopg.Error as exc:
+        diag = exc.diag
+        raise InstallError(
+            "the schema is installed, but the database server cannot run kbpg's PL/Python: "
+            + (diag.message_primary or str(exc)),
+            detail=diag.message_detail,
+            hint="on the database host, as root: kbpg server-setup (the same kbpg release); "
+            "then reconnect",
+        ) from None

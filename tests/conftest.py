@@ -24,6 +24,10 @@ from kbpg.migrate import migrate
 from tests.fakeprovider import FakeProvider
 
 TEMPLATE = "kbpg_template"
+# Test modules whose subject is an LLM feature (a scripted OpenAI-compatible server, or the
+# local GGUF smoke test): marked `llm`, so `make test-fast` can leave them out.
+LLM_MODULES = {"test_llm", "test_llm_local", "test_doc2json", "test_tree_search", "test_triplets"}
+SLOW_MODULES = {"test_wheel", "test_bench_code"}
 _counter = itertools.count()
 
 
@@ -92,3 +96,15 @@ def client(dsn: str) -> Iterator[Client]:
 def provider() -> Iterator[FakeProvider]:
     with FakeProvider(dim=16) as p:
         yield p
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The markers of pyproject.toml: llm and slow by module, browser by fixture."""
+    for item in items:
+        module = getattr(getattr(item, "module", None), "__name__", "").rsplit(".", 1)[-1]
+        if module in LLM_MODULES:
+            item.add_marker(pytest.mark.llm)
+        if module in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)

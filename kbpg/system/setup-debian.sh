@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# System part of `make setup`: PostgreSQL, PL/Python, pgvector >= 0.8 and the Python
-# packages PL/Python imports, on Debian 12 or 13. Run as root (or through sudo).
+# PostgreSQL's own parts on Debian 12 or 13: the server, PL/Python, pgvector >= 0.8 and
+# headless Chromium. Run as root (or through sudo) by `make setup` and by
+# `kbpg server-setup --system-packages`, which then installs what PL/Python imports.
 # Idempotent: each step checks first, so a second run does nothing slow.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-VENV_PIP=${VENV_PIP:-$REPO/.venv/bin/pip}
 say() { printf '==> %s\n' "$*"; }
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -76,36 +75,3 @@ say "pgvector $(sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" "$EXT_DIR/vect
 # 3. Headless Chromium: it renders web pages for kb.add_url (their script-written text),
 # and chromium-driver lets the Retrieval Lab's browser tests drive it.
 need_pkgs chromium chromium-driver
-
-# 4. What PL/Python imports, for the server's Python, where the postgres user can read it.
-PYVER=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-TARGET=/usr/local/lib/kbpg/python$PYVER
-REQ=$REPO/plpython/requirements.txt
-STAMP=$TARGET/.kbpg-requirements.sha256
-NODEPS=$REPO/plpython/requirements-nodeps.txt
-want=$(cat "$REQ" "$NODEPS" | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-  say "installing PL/Python packages for Python $PYVER into $TARGET"
-  rm -rf "$TARGET"; mkdir -p "$TARGET"
-  "$VENV_PIP" install -q --disable-pip-version-check --target "$TARGET" \
-    --python-version "$PYVER" --implementation cp --only-binary=:all: \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform linux_x86_64 -r "$REQ"
-  # Packages of which we use a part that needs none of their dependencies (see the file).
-  "$VENV_PIP" install -q --disable-pip-version-check --target "$TARGET" --no-deps \
-    --python-version "$PYVER" --implementation cp --only-binary=:all: \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform linux_x86_64 -r "$NODEPS"
-  echo "$want" > "$STAMP"
-fi
-# Our own in-database package, in a folder of its release (kb.python_init loads
-# releases/<version>/): a session open across an upgrade keeps the files it imports from,
-# and is told to reconnect. The current release's folder is always refreshed (cheap).
-RELEASE=$(sed -nE 's/^__version__ = "([^"]+)".*/\1/p' "$REPO/plpython/kbpg_db/__init__.py")
-[ -n "$RELEASE" ] || { echo "no __version__ in plpython/kbpg_db/__init__.py" >&2; exit 1; }
-rm -rf "$TARGET/kbpg_db" "$TARGET/releases/$RELEASE"  # (earlier installs: kbpg_db in $TARGET)
-mkdir -p "$TARGET/releases/$RELEASE"
-cp -r "$REPO/plpython/kbpg_db" "$TARGET/releases/$RELEASE/kbpg_db"
-find "$TARGET/releases/$RELEASE" -name __pycache__ -prune -exec rm -rf {} +
-chmod -R a+rX /usr/local/lib/kbpg
-say "PL/Python packages ready in $TARGET"

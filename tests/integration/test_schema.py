@@ -13,7 +13,8 @@ from pytest_postgresql.janitor import DatabaseJanitor
 
 from kbpg.cluster import Cluster
 from kbpg.errors import KbpgError
-from kbpg.migrate import Script, migrate, migrations_dir, scripts, sql_dir
+from kbpg.migrate import Script, migrate, scripts
+from kbpg.resources import migrations_dir, sql_dir
 
 ALL_SQL = sorted([*sql_dir().glob("*.sql"), *migrations_dir().glob("*.sql")])
 
