@@ -27,7 +27,18 @@ from kbpg.db import scalar
 from kbpg.resources import CHECKOUT as REPO_ROOT
 
 SCIFACT = REPO_ROOT / "data" / "beir" / "scifact"
-GROUPS = ("quality", "bm25", "hybrid", "hnsw", "rls", "graph", "docs", "codegraph", "ingest", "startup")
+GROUPS = (
+    "quality",
+    "bm25",
+    "hybrid",
+    "hnsw",
+    "rls",
+    "graph",
+    "docs",
+    "codegraph",
+    "ingest",
+    "startup",
+)
 # Only with --only: building the 1M-chunk KB takes about an hour on 2 cores.
 ON_REQUEST = ("scale",)
 
@@ -228,9 +239,10 @@ def bench_bm25(dsn: str, quick: bool) -> dict[str, Any]:
     import psycopg
 
     n = 20_000 if quick else 100_000
-    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
-        dsn, autocommit=True
-    ) as in_sql:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn, autocommit=True) as in_sql,
+    ):
         ix = build_synthetic_kb(conn, f"bench-syn2-{n}", n)
         in_sql.execute("SET kb.bm25_cache_mb = 0")  # the SQL scorer (MaxScore)
         queries = bench_queries(100 if quick else 300)
@@ -440,15 +452,25 @@ def _search_latency(dsn: str, kb: str, queries: list[str]) -> dict[str, Any]:
         "chunks_in_database": scalar(conn, "SELECT sum(n_chunks)::bigint FROM kb.kb_index"),
     }
     # A new backend: the first hybrid pass also fills its BM25 posting cache.
-    for key, method in (("hybrid_first_pass", "hybrid"), ("hybrid", "hybrid"),
-                        ("full_text", "full_text"), ("vector", "vector")):
+    for key, method in (
+        ("hybrid_first_pass", "hybrid"),
+        ("hybrid", "hybrid"),
+        ("full_text", "full_text"),
+        ("vector", "vector"),
+    ):
         times = []
         for q in queries:
             t0 = time.perf_counter()
-            conn.execute("SELECT * FROM kb.search(%s, %s, method => %s)", (kb, q, method)).fetchall()
+            conn.execute(
+                "SELECT * FROM kb.search(%s, %s, method => %s)", (kb, q, method)
+            ).fetchall()
             times.append(time.perf_counter() - t0)
         out[key] = _lat(times[5:])
-    parts: dict[str, list[float]] = {"embed_query": [], "vector_search_100": [], "bm25_search_100": []}
+    parts: dict[str, list[float]] = {
+        "embed_query": [],
+        "vector_search_100": [],
+        "bm25_search_100": [],
+    }
     for q in queries:
         t0 = time.perf_counter()
         vec = scalar(conn, "SELECT kb.embed_query(%s, %s)", (kb, q))
@@ -652,11 +674,22 @@ class _SlowEmbedder:
                 for i, text in enumerate(body["input"]):
                     seed = hashlib.blake2b(text.encode(), digest_size=8).digest()
                     vec = np.random.default_rng(int.from_bytes(seed, "little")).normal(size=dim)
-                    data.append({"object": "embedding", "index": i,
-                                 "embedding": (vec / np.linalg.norm(vec)).tolist()})
+                    data.append(
+                        {
+                            "object": "embedding",
+                            "index": i,
+                            "embedding": (vec / np.linalg.norm(vec)).tolist(),
+                        }
+                    )
                 n = sum(len(t.split()) for t in body["input"])
-                raw = json.dumps({"object": "list", "data": data, "model": body.get("model"),
-                                  "usage": {"prompt_tokens": n, "total_tokens": n}}).encode()
+                raw = json.dumps(
+                    {
+                        "object": "list",
+                        "data": data,
+                        "model": body.get("model"),
+                        "usage": {"prompt_tokens": n, "total_tokens": n},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
@@ -687,14 +720,21 @@ def _ingest_remote(
     try:
         # The provider's key for the worker's sessions only (litellm wants one).
         key_dsn = make_conninfo(dsn, options="-c kb.bench_embed_key=unused")
-        config = {"embedding_model": "openai/bench-embed", "embedding_dimensions": 64,
-                  "api_base": server.url, "api_key_name": "BENCH_EMBED_KEY"}
+        config = {
+            "embedding_model": "openai/bench-embed",
+            "embedding_dimensions": 64,
+            "api_base": server.url,
+            "api_key_name": "BENCH_EMBED_KEY",
+        }
         from concurrent.futures import ThreadPoolExecutor
         from urllib.request import Request, urlopen
 
         def post(batch: list[str]) -> None:
-            req = Request(server.url + "/embeddings", json.dumps({"input": batch}).encode(),
-                          {"Content-Type": "application/json"})
+            req = Request(
+                server.url + "/embeddings",
+                json.dumps({"input": batch}).encode(),
+                {"Content-Type": "application/json"},
+            )
             urlopen(req).read()
 
         t0 = time.perf_counter()
@@ -943,9 +983,7 @@ def bench_ingest(dsn: str, quick: bool) -> dict[str, Any]:
     _fresh_kb(dsn, "bench-ingest", {}, docs, texts)
     t0 = time.perf_counter()
     Worker(dsn, once=True, poll_interval=0.2, batch=1).run()
-    out["worker_cold_batch1_chunks_per_s"] = round(
-        len(chunks) / (time.perf_counter() - t0), 1
-    )
+    out["worker_cold_batch1_chunks_per_s"] = round(len(chunks) / (time.perf_counter() - t0), 1)
     out["remote"] = _ingest_remote(dsn, docs, texts, chunks)
     # A 200-page PDF from SciFact text, through `kbpg ingest --wait`.
     import pymupdf
@@ -1148,8 +1186,10 @@ def bench_docs(dsn: str, quick: bool) -> dict[str, Any]:
             (kb,),
         ).fetchone()
         out["chunks"], out["failed_pages"] = int(chunks[0] or 0), int(chunks[1] or 0)
-        conn.execute("SELECT kb.delete_test_set(%s, 'docs') FROM kb.test_sets(%s) "
-                     "WHERE name = 'docs'", (kb, kb))
+        conn.execute(
+            "SELECT kb.delete_test_set(%s, 'docs') FROM kb.test_sets(%s) WHERE name = 'docs'",
+            (kb, kb),
+        )
         conn.execute("SELECT kb.create_test_set(%s, 'docs')", (kb,))
         with conn.transaction(), conn.cursor() as cur:
             cur.executemany(
@@ -1228,9 +1268,7 @@ def bench_codegraph(dsn: str, quick: bool) -> dict[str, Any]:
             (ix, ix),
         ).fetchone()
         resolve_s = time.perf_counter() - t0
-        edges = scalar(
-            conn, "SELECT count(*) FROM kb._graph_edges(kb._index_kb(%s), %s)", (ix, ix)
-        )
+        edges = scalar(conn, "SELECT count(*) FROM kb._graph_edges(kb._index_kb(%s), %s)", (ix, ix))
         graph_cost = out["graph_index_seconds"] - out["plain_index_seconds"]
         out["vertices"] = {"code": counts[0], "all": counts[1]}
         out["edges"] = edges

@@ -457,13 +457,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="on the database host, as root: install what PL/Python imports, for the server's "
         "Python (/usr/local/lib/kbpg/pythonX.Y, kbpg's package in a folder per release)",
     )
-    ss.add_argument("--python", default="/usr/bin/python3",
-                    help="the Python plpython3u embeds (default /usr/bin/python3)")
-    ss.add_argument("--target", help="the folder (default /usr/local/lib/kbpg/pythonX.Y; another "
-                    "one must be named by the server's kb.python_path)")
+    ss.add_argument(
+        "--python",
+        default="/usr/bin/python3",
+        help="the Python plpython3u embeds (default /usr/bin/python3)",
+    )
+    ss.add_argument(
+        "--target",
+        help="the folder (default /usr/local/lib/kbpg/pythonX.Y; another "
+        "one must be named by the server's kb.python_path)",
+    )
     ss.add_argument("--force", action="store_true", help="reinstall the packages even if present")
-    ss.add_argument("--system-packages", action="store_true",
-                    help="first install PostgreSQL's plpython3u and pgvector >= 0.8 (Debian 12/13)")
+    ss.add_argument(
+        "--system-packages",
+        action="store_true",
+        help="first install PostgreSQL's plpython3u and pgvector >= 0.8 (Debian 12/13)",
+    )
     ss.set_defaults(func=cmd_server_setup)
     rp = sub.add_parser(
         "replica",
@@ -572,8 +581,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Retrieval Lab: a local web page to test, compare and tune retrieval",
     )
     lab.add_argument("kb", nargs="?", help="the knowledge base to open first")
-    lab.add_argument("--host", default="127.0.0.1",
-                     help="address to bind (default 127.0.0.1; any other needs a token)")
+    lab.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; any other needs a token)",
+    )
     lab.add_argument("--port", type=int, default=8765)
     lab.add_argument("--token", help="access token (default: none on 127.0.0.1, else a new one)")
     lab.set_defaults(func=cmd_lab)
@@ -609,9 +621,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (quality, speed, scale)")
     b.add_argument("--quick", action="store_true")
     b.add_argument("--output", default="bench/results/latest.json")
-    b.add_argument("--only", help="comma-separated groups: quality, bm25, hybrid, hnsw, rls, "
-                   "graph, docs, codegraph, ingest, startup; and scale (the 1M-chunk point, about an "
-                   "hour to build; not in the default run)")
+    b.add_argument(
+        "--only",
+        help="comma-separated groups: quality, bm25, hybrid, hnsw, rls, "
+        "graph, docs, codegraph, ingest, startup; and scale (the 1M-chunk point, about an "
+        "hour to build; not in the default run)",
+    )
     b.set_defaults(func=cmd_bench)
 
     sub.add_parser("demo", help="index the sample corpus and run a few searches").set_defaults(

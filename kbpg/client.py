@@ -212,8 +212,7 @@ class _Api:
     def put(kb: str, doc: LoadedDocument) -> Call:
         if doc.convert:  # Office, HTML, CSV, JSON...: the server's job converts the bytes
             return Call(
-                "SELECT document_id, action FROM kb.add_file($1, $2, $3::bytea, $4, $5::jsonb, "
-                "$6)",
+                "SELECT document_id, action FROM kb.add_file($1, $2, $3::bytea, $4, $5::jsonb, $6)",
                 [kb, doc.file_name, doc.file, doc.title, Json(doc.metadata), doc.usage_mode],
                 lambda rows: PutResult(int(rows[0]["document_id"]), rows[0]["action"], doc.title),
             )
@@ -257,15 +256,15 @@ class _Api:
         return Call(
             "SELECT document_id, action FROM kb.add_url($1, $2, $3, $4::jsonb, $5, $6)",
             [kb, url, title, Json(metadata or {}), usage_mode, render],
-            lambda rows: PutResult(
-                int(rows[0]["document_id"]), rows[0]["action"], title or url
-            ),
+            lambda rows: PutResult(int(rows[0]["document_id"]), rows[0]["action"], title or url),
         )
 
     @staticmethod
     def media(kb: str, ref: str, document_id: int | None = None) -> Call:
         return Call(
-            "SELECT * FROM kb.media($1, $2, $3::bigint)", [kb, ref, document_id], lambda rows: rows[0]
+            "SELECT * FROM kb.media($1, $2, $3::bigint)",
+            [kb, ref, document_id],
+            lambda rows: rows[0],
         )
 
     @staticmethod

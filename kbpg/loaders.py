@@ -140,9 +140,7 @@ def load_file(
     page_starts = None
     original = None
     content = ""
-    server_converts = suffix in CONVERTED_SUFFIXES or (
-        suffix in PDF_SUFFIXES and not reads_pdf()
-    )
+    server_converts = suffix in CONVERTED_SUFFIXES or (suffix in PDF_SUFFIXES and not reads_pdf())
     try:
         if server_converts:
             original = path.read_bytes()

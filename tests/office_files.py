@@ -114,8 +114,13 @@ IPYNB = json.dumps(
     {
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": ["# Notebook title\n", "Intro."]},
-            {"cell_type": "code", "metadata": {}, "source": ["print('hello')"], "outputs": [],
-             "execution_count": None},
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": ["print('hello')"],
+                "outputs": [],
+                "execution_count": None,
+            },
         ],
         "metadata": {},
         "nbformat": 4,
@@ -148,7 +153,9 @@ def zip_bomb(name: str = "word/document.xml", size: int = 64 * 1024 * 1024) -> b
 
 
 def deep_html(depth: int = 10_000) -> bytes:
-    return ("<html><body>" + "<div>" * depth + "deep" + "</div>" * depth + "</body></html>").encode()
+    return (
+        "<html><body>" + "<div>" * depth + "deep" + "</div>" * depth + "</body></html>"
+    ).encode()
 
 
 def deep_json(depth: int = 10_000) -> bytes:

@@ -100,7 +100,9 @@ def _lab(request: Request) -> Lab:
     return lab
 
 
-def _post(work: Callable[[Lab, dict[str, Any]], Response]) -> Callable[[Request], Awaitable[Response]]:
+def _post(
+    work: Callable[[Lab, dict[str, Any]], Response],
+) -> Callable[[Request], Awaitable[Response]]:
     """A POST endpoint: the JSON body read on the event loop, the work (blocking database
     calls) in a worker thread, so one slow request never holds up the others."""
 
@@ -253,9 +255,7 @@ def preview(lab: Lab, data: dict[str, Any]) -> Response:
 
 
 def test_sets(request: Request) -> Response:
-    rows = _lab(request).query(
-        "SELECT * FROM kb.test_sets(%s)", (request.path_params["kb"],)
-    )
+    rows = _lab(request).query("SELECT * FROM kb.test_sets(%s)", (request.path_params["kb"],))
     return _json(rows)
 
 
@@ -265,7 +265,8 @@ def run_set(lab: Lab, data: dict[str, Any]) -> Response:
     for side in ("a", "b"):
         if side in data and data[side] is not None:
             runs[side] = lab.query(
-                "SELECT kb.run_test_set(%s, %s, %s::jsonb) AS r", (kb, name, Json(_config(data, side)))
+                "SELECT kb.run_test_set(%s, %s, %s::jsonb) AS r",
+                (kb, name, Json(_config(data, side))),
             )[0]["r"]
     if not runs:
         raise LabError("give a configuration to run: a (and b to compare)")
@@ -315,8 +316,9 @@ def rechunk(lab: Lab, data: dict[str, Any]) -> Response:
 def document_action(lab: Lab, data: dict[str, Any]) -> Response:
     kb, title, action = _str(data, "kb"), _str(data, "title"), _str(data, "action")
     if action == "usage_mode":
-        lab.query("SELECT kb.set_document_usage_mode(%s, %s, %s)",
-                  (kb, title, _str(data, "usage_mode")))
+        lab.query(
+            "SELECT kb.set_document_usage_mode(%s, %s, %s)", (kb, title, _str(data, "usage_mode"))
+        )
     elif action == "reindex":
         lab.query("SELECT kb.reindex_document(%s, %s)", (kb, title))
     elif action == "delete":
@@ -336,8 +338,12 @@ def save_set(lab: Lab, data: dict[str, Any]) -> Response:
 def import_beir(lab: Lab, data: dict[str, Any]) -> Response:
     limit = data.get("limit")
     count = testsets.import_beir(
-        lab.connect, _str(data, "kb"), _str(data, "name"), Path(_str(data, "folder")),
-        data.get("split") or "test", int(limit) if limit else None,
+        lab.connect,
+        _str(data, "kb"),
+        _str(data, "name"),
+        Path(_str(data, "folder")),
+        data.get("split") or "test",
+        int(limit) if limit else None,
     )
     return JSONResponse({"name": data["name"], "queries": count})
 
@@ -366,13 +372,15 @@ def _guard(app: Starlette) -> Any:
             )
             if not hmac.compare_digest(given, lab.access_token):
                 await JSONResponse({"error": "an access token is required"}, 401)(
-                    scope, receive, send)
+                    scope, receive, send
+                )
                 return
         if request.method not in ("GET", "HEAD") and not hmac.compare_digest(
             request.headers.get("x-kbpg-lab", ""), lab.csrf
         ):
             await JSONResponse({"error": "missing or wrong page token (reload the page)"}, 403)(
-                scope, receive, send)
+                scope, receive, send
+            )
             return
         await app(scope, receive, send)
 

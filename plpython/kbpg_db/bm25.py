@@ -55,8 +55,7 @@ POSTINGS = (
 )
 PACKED = np.dtype([("id", ">i8"), ("tf", ">i4"), ("dl", ">i4")])
 FILTERED = (
-    "SELECT c.id FROM kb.chunk c "
-    "WHERE c.kb_id = $1 AND c.id = ANY ($2) AND c.metadata @> $3::jsonb"
+    "SELECT c.id FROM kb.chunk c WHERE c.kb_id = $1 AND c.id = ANY ($2) AND c.metadata @> $3::jsonb"
 )
 
 _PLANS: dict[str, Any] = {}
@@ -156,7 +155,10 @@ def postings(version: str, ids: np.ndarray, tf: np.ndarray, dl: np.ndarray) -> P
 def _unpack(version: str, packed: bytes) -> Postings:
     rows = np.frombuffer(packed, dtype=PACKED)
     return postings(
-        version, rows["id"].astype(np.int64), rows["tf"].astype(np.int64), rows["dl"].astype(np.int64)
+        version,
+        rows["id"].astype(np.int64),
+        rows["tf"].astype(np.int64),
+        rows["dl"].astype(np.int64),
     )
 
 
@@ -191,7 +193,11 @@ def _part(
 
 
 def _accumulate(
-    postings: list[Postings], idfs: list[float], k1: float, b: float, avgdl: float,
+    postings: list[Postings],
+    idfs: list[float],
+    k1: float,
+    b: float,
+    avgdl: float,
     top_k: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, scores) of every chunk holding one of the terms; with ``top_k``, of
@@ -234,8 +240,13 @@ PRUNE_TRIES = (0.1, 0.25, 0.5)
 
 
 def _complete(
-    ids: np.ndarray, scores: np.ndarray, terms: list[Postings], weights: list[float],
-    k1: float, b: float, avgdl: float,
+    ids: np.ndarray,
+    scores: np.ndarray,
+    terms: list[Postings],
+    weights: list[float],
+    k1: float,
+    b: float,
+    avgdl: float,
 ) -> np.ndarray:
     """``scores`` plus what ``terms`` give the chunks ``ids``, looked up by binary search
     in each term's sorted chunk ids."""
@@ -272,7 +283,9 @@ def _top(
     # Each try costs a pass over the essential postings and a few lookups; below
     # PRUNE_MIN_POSTINGS scoring them all is as quick. The tries read up to 10%, 25% and
     # 50% of the postings.
-    tries = sorted({max(1, int(np.searchsorted(read, f * total, side="right"))) for f in PRUNE_TRIES})
+    tries = sorted(
+        {max(1, int(np.searchsorted(read, f * total, side="right"))) for f in PRUNE_TRIES}
+    )
     for e in tries if total >= PRUNE_MIN_POSTINGS else []:
         if e >= len(terms):
             break

@@ -472,8 +472,15 @@ def chunk_text(
             )
             for s, e, n, head in spans:
                 chunks.append(
-                    Chunk(len(chunks), head + text[s:e], s, e, n, list(section.heading_path),
-                          header=prefix)
+                    Chunk(
+                        len(chunks),
+                        head + text[s:e],
+                        s,
+                        e,
+                        n,
+                        list(section.heading_path),
+                        header=prefix,
+                    )
                 )
     for chunk in chunks:
         chunk.embed_text = (

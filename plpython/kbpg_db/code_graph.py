@@ -884,6 +884,7 @@ def _resolve_local(graph: CodeGraph, refs: list[Reference]) -> list[Reference]:
         while local_id in owner_of and graph.vertices[local_id].kind not in CLASS_LIKE:
             local_id = owner_of[local_id]
         return local_id
+
     for r in refs:
         # One import edge per statement (two `from email import ...` lines differ in
         # what they import), one edge per other reference and target.

@@ -145,8 +145,11 @@ def convert_rst(data: bytes) -> Converted:
     while i < len(lines):
         line = lines[i]
         over = _RST_ADORNMENT.match(line)
-        if over and i + 2 < len(lines) and lines[i + 1].strip() and lines[i + 2].strip() == (
-            line.strip()
+        if (
+            over
+            and i + 2 < len(lines)
+            and lines[i + 1].strip()
+            and lines[i + 2].strip() == (line.strip())
         ):
             title, style, step = lines[i + 1].strip(), (line.strip()[0], True), 3
         elif (
@@ -237,8 +240,11 @@ def check_zip(data: bytes, fmt: str, limits: Limits) -> None:
             )
         if fmt in ("docx", "pptx", "xlsx"):
             names = {i.filename for i in infos}
-            part = {"docx": "word/document.xml", "pptx": "ppt/presentation.xml",
-                    "xlsx": "xl/workbook.xml"}[fmt]
+            part = {
+                "docx": "word/document.xml",
+                "pptx": "ppt/presentation.xml",
+                "xlsx": "xl/workbook.xml",
+            }[fmt]
             if part not in names:
                 raise ConvertError(f"is not a valid {label} file: it has no {part}")
         bad = zf.testzip() if total <= 64 * 1024 * 1024 else None
@@ -510,7 +516,7 @@ def convert_xls(data: bytes, limits: Limits) -> Converted:
 
 def convert_csv(data: bytes, limits: Limits, name: str = "") -> Converted:
     text = decode_text(data, "the CSV")
-    sample = text[:64 * 1024]
+    sample = text[: 64 * 1024]
     delimiter = "\t" if name.lower().endswith(".tsv") else ","
     if not name.lower().endswith(".tsv"):
         try:
@@ -596,27 +602,131 @@ def convert_json(data: bytes, limits: Limits) -> Converted:
 
 
 # Elements whose content is never text a reader sees: dropped with everything inside.
-_DROPPED = ("script", "style", "iframe", "frame", "frameset", "object", "embed", "applet",
-            "noscript", "template", "svg", "math", "canvas", "form", "button", "select",
-            "input", "textarea", "link", "meta", "base")
-_ALLOWED_TAGS = frozenset({
-    "a", "abbr", "b", "blockquote", "br", "caption", "code", "dd", "del", "details", "dfn",
-    "div", "dl", "dt", "em", "figcaption", "figure", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
-    "i", "img", "ins", "kbd", "li", "mark", "ol", "p", "pre", "q", "s", "samp", "section",
-    "small", "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
-    "thead", "time", "tr", "u", "ul", "var", "article", "main", "header", "footer", "nav",
-    "aside", "body", "html",
-})
-_ALLOWED_ATTRS = {"a": ["href", "title"], "img": ["src", "alt", "title"], "abbr": ["title"],
-                  "td": ["colspan", "rowspan"], "th": ["colspan", "rowspan"]}
+_DROPPED = (
+    "script",
+    "style",
+    "iframe",
+    "frame",
+    "frameset",
+    "object",
+    "embed",
+    "applet",
+    "noscript",
+    "template",
+    "svg",
+    "math",
+    "canvas",
+    "form",
+    "button",
+    "select",
+    "input",
+    "textarea",
+    "link",
+    "meta",
+    "base",
+)
+_ALLOWED_TAGS = frozenset(
+    {
+        "a",
+        "abbr",
+        "b",
+        "blockquote",
+        "br",
+        "caption",
+        "code",
+        "dd",
+        "del",
+        "details",
+        "dfn",
+        "div",
+        "dl",
+        "dt",
+        "em",
+        "figcaption",
+        "figure",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "hr",
+        "i",
+        "img",
+        "ins",
+        "kbd",
+        "li",
+        "mark",
+        "ol",
+        "p",
+        "pre",
+        "q",
+        "s",
+        "samp",
+        "section",
+        "small",
+        "span",
+        "strong",
+        "sub",
+        "summary",
+        "sup",
+        "table",
+        "tbody",
+        "td",
+        "tfoot",
+        "th",
+        "thead",
+        "time",
+        "tr",
+        "u",
+        "ul",
+        "var",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "nav",
+        "aside",
+        "body",
+        "html",
+    }
+)
+_ALLOWED_ATTRS = {
+    "a": ["href", "title"],
+    "img": ["src", "alt", "title"],
+    "abbr": ["title"],
+    "td": ["colspan", "rowspan"],
+    "th": ["colspan", "rowspan"],
+}
 
 
 def _html_depth_ok(html: str, limit: int) -> None:
     """Refuse nesting past ``limit``: the converters recurse per element."""
     from html.parser import HTMLParser
 
-    void = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
-            "source", "track", "wbr", "p", "li", "td", "th", "tr", "option", "dt", "dd"}
+    void = {
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "source",
+        "track",
+        "wbr",
+        "p",
+        "li",
+        "td",
+        "th",
+        "tr",
+        "option",
+        "dt",
+        "dd",
+    }
 
     class Depth(HTMLParser):
         def __init__(self) -> None:
@@ -639,7 +749,9 @@ def _html_depth_ok(html: str, limit: int) -> None:
     Depth().feed(html)
 
 
-_NAV_CLASS = re.compile(r"(?i)^(nav|navbar|navheader|navfooter|navigation|breadcrumbs?|skip-?link)$")
+_NAV_CLASS = re.compile(
+    r"(?i)^(nav|navbar|navheader|navfooter|navigation|breadcrumbs?|skip-?link)$"
+)
 
 
 _ADMONITION = re.compile(r"(?i)^(note|tip|warning|caution|important|admonition|callout)$")
@@ -655,8 +767,15 @@ def _is_navigation(tag: Any) -> bool:
 # Page furniture: what a site repeats around every page's content. By element, ARIA role,
 # or a class or id made of these words (sidebar, vector-menu, p-lang, mw-jump-link, ...).
 _FURNITURE_TAGS = ("aside", "footer")
-_FURNITURE_ROLES = {"complementary", "contentinfo", "banner", "search", "menu", "menubar",
-                    "toolbar"}
+_FURNITURE_ROLES = {
+    "complementary",
+    "contentinfo",
+    "banner",
+    "search",
+    "menu",
+    "menubar",
+    "toolbar",
+}
 _FURNITURE_WORD = re.compile(
     r"(?i)(?:^|[-_])(?:sidebar|sidenav|menu|menubar|portlet|pinnable|breadcrumbs?|footer|"
     r"masthead|cookies?|share|social|advert|ads|lang|languages|interlanguage|catlinks|"
@@ -757,8 +876,9 @@ def _markitdown(fmt: str, data: bytes, limits: Limits) -> Converted:
     if fmt == "ipynb":
         _json_depth_ok(decode_text(data, "the notebook"), limits.max_depth)
     try:
-        res = conv.convert(io.BytesIO(data), StreamInfo(extension=ext, charset="utf-8"),
-                           **MARKDOWN_OPTIONS)
+        res = conv.convert(
+            io.BytesIO(data), StreamInfo(extension=ext, charset="utf-8"), **MARKDOWN_OPTIONS
+        )
     except Exception as exc:
         raise ConvertError(
             f"is not a valid {fmt.upper()} file ({type(exc).__name__}: {exc})"
@@ -861,10 +981,17 @@ def run_isolated(
             "OPENBLAS_NUM_THREADS": "1",
         }
         proc = subprocess.Popen(
-            [python, "-I", "-c",
-             f"import sys; sys.path[:0] = {path!r}; from kbpg_db import convert; convert.main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=home,
+            [
+                python,
+                "-I",
+                "-c",
+                f"import sys; sys.path[:0] = {path!r}; from kbpg_db import convert; convert.main()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=home,
             preexec_fn=lambda: _limit_child(limits.memory_mb, limits.timeout_s),
         )
         try:
@@ -899,7 +1026,8 @@ def run_isolated(
     except ValueError:
         raise ConvertError(
             "could not be converted: the converter's reply is not readable ("
-            + out[:200].decode("utf-8", "replace").strip() + ")"
+            + out[:200].decode("utf-8", "replace").strip()
+            + ")"
         ) from None
     if not isinstance(result, dict) or "ok" not in result:
         raise ConvertError("could not be converted: the converter's reply is not readable")
@@ -907,8 +1035,12 @@ def run_isolated(
         raise ConvertError(result["error"], result.get("hint"))
     file = base64.b64decode(result["file"]) if result.get("file") else None
     return Converted(
-        result["content"], result["format"], result.get("page_starts"), result.get("meta") or {},
-        file, result.get("file_name"),
+        result["content"],
+        result["format"],
+        result.get("page_starts"),
+        result.get("meta") or {},
+        file,
+        result.get("file_name"),
     )
 
 
@@ -933,16 +1065,24 @@ def main() -> None:
     except ConvertError as exc:
         result: dict[str, Any] = {"ok": False, "error": str(exc), "hint": exc.hint}
     except MemoryError:
-        result = {"ok": False, "error": "could not be converted within the converter's "
-                  f"{limits.memory_mb} MB memory limit",
-                  "hint": "raise kb.convert_memory_mb if the file is genuine"}
+        result = {
+            "ok": False,
+            "error": "could not be converted within the converter's "
+            f"{limits.memory_mb} MB memory limit",
+            "hint": "raise kb.convert_memory_mb if the file is genuine",
+        }
     except RecursionError:
         result = {"ok": False, "error": "is nested too deeply to convert"}
     else:
-        result = {"ok": True, "content": out.content, "format": out.format,
-                  "page_starts": out.page_starts, "meta": out.meta,
-                  "file": base64.b64encode(out.file).decode() if out.file else None,
-                  "file_name": out.file_name}
+        result = {
+            "ok": True,
+            "content": out.content,
+            "format": out.format,
+            "page_starts": out.page_starts,
+            "meta": out.meta,
+            "file": base64.b64encode(out.file).decode() if out.file else None,
+            "file_name": out.file_name,
+        }
     sys.stdout.flush()
     with os.fdopen(result_fd, "w", encoding="utf-8") as reply:
         reply.write(json.dumps(result))

@@ -331,9 +331,7 @@ def _embed_batch(
 
 def model_key(cfg: IndexingConfig) -> str:
     """What makes two configurations' vectors interchangeable."""
-    return repr(
-        (cfg.embedding_model, cfg.api_base, cfg.dimensions, cfg.embedding_dimensions)
-    )
+    return repr((cfg.embedding_model, cfg.api_base, cfg.dimensions, cfg.embedding_dimensions))
 
 
 def embed_ahead(

@@ -49,7 +49,9 @@ def check_url(url: str) -> str:
 
 
 def _too_slow(url: str, limits: Limits) -> ConvertError:
-    return ConvertError(f"{url} did not answer within {limits.fetch_timeout_s:g} s (kb.fetch_timeout_s)")
+    return ConvertError(
+        f"{url} did not answer within {limits.fetch_timeout_s:g} s (kb.fetch_timeout_s)"
+    )
 
 
 @contextlib.contextmanager
@@ -85,7 +87,10 @@ def _get(url: str, limits: Limits) -> tuple[bytes, str, str]:
     # drips a byte every few seconds never trips a per-read timeout.
     deadline = time.monotonic() + limits.fetch_timeout_s
     try:
-        with _alarm(limits.fetch_timeout_s), opener.open(req, timeout=limits.fetch_timeout_s) as resp:
+        with (
+            _alarm(limits.fetch_timeout_s),
+            opener.open(req, timeout=limits.fetch_timeout_s) as resp,
+        ):
             parts: list[bytes] = []
             size = 0
             while size <= limits.max_text_bytes:
@@ -149,12 +154,21 @@ def render(url: str, limits: Limits) -> str:
         )
     budget_ms = int(min(limits.fetch_timeout_s / 2, 10) * 1000)
     with tempfile.TemporaryDirectory(prefix="kbpg-chromium-") as profile:
-        cmd = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-               f"--virtual-time-budget={budget_ms}", "--dump-dom", url]
+        cmd = [
+            exe,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--virtual-time-budget={budget_ms}",
+            "--dump-dom",
+            url,
+        ]
         try:
             proc = subprocess.run(
-                cmd, capture_output=True, timeout=limits.fetch_timeout_s,
-                preexec_fn=_unlimited, env={**os.environ, "HOME": profile},
+                cmd,
+                capture_output=True,
+                timeout=limits.fetch_timeout_s,
+                preexec_fn=_unlimited,
+                env={**os.environ, "HOME": profile},
             )
         except subprocess.TimeoutExpired:
             raise ConvertError(
@@ -172,13 +186,23 @@ def _name_of(url: str, ctype: str) -> str:
     name = os.path.basename(path) or "index"
     if format_of(name) is None:
         kind = ctype.split(";")[0].strip().lower()
-        ext = {"text/html": ".html", "application/xhtml+xml": ".html", "application/pdf": ".pdf",
-               "text/csv": ".csv", "application/json": ".json", "text/plain": ".txt",
-               "text/markdown": ".md", "application/rss+xml": ".rss",
-               "application/atom+xml": ".atom"}.get(kind)
+        ext = {
+            "text/html": ".html",
+            "application/xhtml+xml": ".html",
+            "application/pdf": ".pdf",
+            "text/csv": ".csv",
+            "application/json": ".json",
+            "text/plain": ".txt",
+            "text/markdown": ".md",
+            "application/rss+xml": ".rss",
+            "application/atom+xml": ".atom",
+        }.get(kind)
         if ext is None and "officedocument" in kind:
-            ext = {"wordprocessingml": ".docx", "presentationml": ".pptx",
-                   "spreadsheetml": ".xlsx"}.get(kind.split(".")[-2] if "." in kind else "", None)
+            ext = {
+                "wordprocessingml": ".docx",
+                "presentationml": ".pptx",
+                "spreadsheetml": ".xlsx",
+            }.get(kind.split(".")[-2] if "." in kind else "", None)
         name += ext or ""
     return name
 

@@ -594,7 +594,12 @@ def document_chunking(plpy: Any, indexing_config: Any, chunking: Any) -> str:
     try:
         return json.dumps(config.document_chunking(_json(indexing_config), _json(chunking)))
     except ValueError as exc:
-        fail(plpy, str(exc), INVALID_PARAMETER, hint="docs/configuration.md lists the indexing_config fields")
+        fail(
+            plpy,
+            str(exc),
+            INVALID_PARAMETER,
+            hint="docs/configuration.md lists the indexing_config fields",
+        )
 
 
 # ---------------------------------------------------------------- files, URLs and media
@@ -664,8 +669,12 @@ def media_json(found: list[Any]) -> list[dict[str, Any]]:
     import base64
 
     return [
-        {"ref": m.ref, "media_type": m.media_type, "sha256": m.sha256,
-         "data": base64.b64encode(m.data).decode("ascii")}
+        {
+            "ref": m.ref,
+            "media_type": m.media_type,
+            "sha256": m.sha256,
+            "data": base64.b64encode(m.data).decode("ascii"),
+        }
         for m in found
     ]
 

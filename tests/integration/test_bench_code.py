@@ -52,8 +52,14 @@ def test_scale_bench_measures_a_small_kb_before_and_beside_a_large_one(
     before, beside, big = out["200_before"], out["200_beside_600"], out["600"]
     assert before["chunks_in_database"] == 200 and beside["chunks_in_database"] == 800
     for r in (before, beside, big):
-        assert set(r) == {"chunks_in_database", "hybrid_first_pass", "hybrid", "full_text", "vector",
-                          "parts"}
+        assert set(r) == {
+            "chunks_in_database",
+            "hybrid_first_pass",
+            "hybrid",
+            "full_text",
+            "vector",
+            "parts",
+        }
         assert r["hybrid"]["p50_ms"] > 0 and r["parts"]["bm25_search_100"]["p50_ms"] > 0
     again = bench.bench_scale(dsn, quick=True)  # the large KB is reused: no "before"
     assert "200_before" not in again and "build_seconds" not in again

@@ -60,7 +60,9 @@ def test_pruned_equals_exhaustive(
     checked = pruned_terms = 0
     for i in range(60):
         if i % 2:  # a rare word or two among the commonest: the case pruning is for
-            words = rng.sample(vocab[len(vocab) // 3 :], rng.randint(1, 2)) + vocab[: rng.randint(2, 6)]
+            words = (
+                rng.sample(vocab[len(vocab) // 3 :], rng.randint(1, 2)) + vocab[: rng.randint(2, 6)]
+            )
         else:
             words = _zipf_words(rng, vocab, rng.randint(1, 8), 0.3)
         if rng.random() < 0.2:
@@ -87,13 +89,20 @@ def test_pruned_equals_exhaustive(
     if scorer == "sql" and vocab_size > 100:  # a tiny vocabulary: nothing to cut
         assert pruned_terms > 0  # the bounds cut terms, so the comparison tested pruning
     # Deleting documents leaves the statistics exact and the bounds valid.
-    conn.execute("DELETE FROM kb.document WHERE title LIKE 'syn1%%' AND kb_id = "
-                 "(SELECT id FROM kb.knowledge_base WHERE name = %s)", (f"prune{seed}",))
+    conn.execute(
+        "DELETE FROM kb.document WHERE title LIKE 'syn1%%' AND kb_id = "
+        "(SELECT id FROM kb.knowledge_base WHERE name = %s)",
+        (f"prune{seed}",),
+    )
     for _ in range(20):
         query = " ".join(_zipf_words(rng, vocab, rng.randint(1, 6), 0.3))
         args = (ix, query, 10, 1.2, 0.75, None)
-        _same(conn.execute("SELECT * FROM kb.bm25_search(%s, %s, %s, %s, %s, %s)", args).fetchall(),
-              conn.execute("SELECT * FROM kb._bm25_exhaustive(%s, %s, %s, %s, %s, %s)", args).fetchall())
+        _same(
+            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, %s, %s, %s, %s)", args).fetchall(),
+            conn.execute(
+                "SELECT * FROM kb._bm25_exhaustive(%s, %s, %s, %s, %s, %s)", args
+            ).fetchall(),
+        )
 
 
 def test_pruned_edge_cases(conn: psycopg.Connection) -> None:
@@ -102,7 +111,9 @@ def test_pruned_edge_cases(conn: psycopg.Connection) -> None:
     assert conn.execute("SELECT * FROM kb.bm25_search(%s, 'alpha', 0)", (ix,)).fetchall() == []
     assert conn.execute("SELECT * FROM kb.bm25_search(%s, '', 10)", (ix,)).fetchall() == []
     got = conn.execute("SELECT * FROM kb.bm25_search(%s, 'alpha delta', 10)", (ix,)).fetchall()
-    want = conn.execute("SELECT * FROM kb._bm25_exhaustive(%s, 'alpha delta', 10)", (ix,)).fetchall()
+    want = conn.execute(
+        "SELECT * FROM kb._bm25_exhaustive(%s, 'alpha delta', 10)", (ix,)
+    ).fetchall()
     assert len(got) == 3
     _same(got, want)
 
@@ -110,8 +121,12 @@ def test_pruned_edge_cases(conn: psycopg.Connection) -> None:
 def _check(conn: psycopg.Connection, ix: int, queries: list[str]) -> None:
     for query in queries:
         args = (ix, query, 20, 1.2, 0.75, None)
-        _same(conn.execute("SELECT * FROM kb.bm25_search(%s, %s, %s, %s, %s, %s)", args).fetchall(),
-              conn.execute("SELECT * FROM kb._bm25_exhaustive(%s, %s, %s, %s, %s, %s)", args).fetchall())
+        _same(
+            conn.execute("SELECT * FROM kb.bm25_search(%s, %s, %s, %s, %s, %s)", args).fetchall(),
+            conn.execute(
+                "SELECT * FROM kb._bm25_exhaustive(%s, %s, %s, %s, %s, %s)", args
+            ).fetchall(),
+        )
 
 
 def _stats(conn: psycopg.Connection) -> dict[str, Any]:
@@ -135,7 +150,9 @@ def test_memory_scores_follow_every_write(dsn: str, conn: psycopg.Connection) ->
 
     with psycopg.connect(dsn, autocommit=True) as writer:
         # Another backend adds and deletes documents, committed.
-        copy_chunks(writer, kb_id, ix, [" ".join(rng.sample(vocab[:30], 5)) for _ in range(40)], 10_000)
+        copy_chunks(
+            writer, kb_id, ix, [" ".join(rng.sample(vocab[:30], 5)) for _ in range(40)], 10_000
+        )
         writer.execute("DELETE FROM kb.document WHERE kb_id = %s AND title LIKE 'syn1%%'", (kb_id,))
         _check(conn, ix, queries)
         assert _stats(conn)["misses"] > again["misses"]  # the changed terms were read again
@@ -143,7 +160,9 @@ def test_memory_scores_follow_every_write(dsn: str, conn: psycopg.Connection) ->
         with writer.transaction():
             copy_chunks(writer, kb_id, ix, [" ".join(vocab[:8])] * 30, 20_000)
             _check(conn, ix, queries)
-            seen = conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 50)", (ix, vocab[5])).fetchall()
+            seen = conn.execute(
+                "SELECT * FROM kb.bm25_search(%s, %s, 50)", (ix, vocab[5])
+            ).fetchall()
         after = conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 50)", (ix, vocab[5])).fetchall()
         assert seen != after  # the 30 new chunks hold the word: they count once committed
         _check(conn, ix, queries)
@@ -153,22 +172,27 @@ def test_memory_scores_follow_every_write(dsn: str, conn: psycopg.Connection) ->
         copy_chunks(conn, kb_id, ix, [" ".join(vocab[3:9])] * 25, 30_000)
         _check(conn, ix, queries)
         with conn.transaction(force_rollback=True):  # a savepoint
-            conn.execute("DELETE FROM kb.document WHERE kb_id = %s AND title LIKE 'syn2%%'", (kb_id,))
+            conn.execute(
+                "DELETE FROM kb.document WHERE kb_id = %s AND title LIKE 'syn2%%'", (kb_id,)
+            )
             _check(conn, ix, queries)
         _check(conn, ix, queries)
     _check(conn, ix, queries)
 
     # A budget smaller than the postings: terms are evicted and read again, results exact.
     conn.execute("SET kb.bm25_cache_mb = 1")
-    big = _corpus(conn, "cached-big", [" ".join(_zipf_words(rng, vocab[:40], 60, 0.3))
-                                       for _ in range(3000)])
+    big = _corpus(
+        conn, "cached-big", [" ".join(_zipf_words(rng, vocab[:40], 60, 0.3)) for _ in range(3000)]
+    )
     _check(conn, big, [" ".join(vocab[:40])] * 3 + queries[:5])
     assert _stats(conn)["megabytes"] <= 1
     # The SQL scorer gives the same answers as the memory scorer.
     memory = conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 30)", (ix, queries[0])).fetchall()
     conn.execute("SET kb.bm25_cache_mb = 0")
-    _same(conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 30)", (ix, queries[0])).fetchall(),
-          memory)
+    _same(
+        conn.execute("SELECT * FROM kb.bm25_search(%s, %s, 30)", (ix, queries[0])).fetchall(),
+        memory,
+    )
 
 
 def test_cache_setting_is_checked(conn: psycopg.Connection) -> None:

@@ -344,6 +344,7 @@ def test_graph_channel_in_hybrid_search(
     methods = {c for (c,) in rows(conn, "SELECT chunk_id FROM kb.graph_members('code', 'Shape')")}
     assert methods <= {c for c, _ in hits[:3]}
     assert any(p.startswith("shapes.base.Shape -defines-> ") for _, p in hits[1:3])
+
     # Plain words of prose never name a class ("shape", "circle"); written as code they do.
     def named(query: str) -> set[str]:
         return {

@@ -31,23 +31,60 @@ from tests.integration.test_schema import REFERENCE_TABLES
 
 # What applications call to read one KB; everything they reach must route by kb_id.
 READ_ENTRY_POINTS = (
-    "search", "explain_search", "build_context", "tree_search", "embed_query", "score_query",
-    "run_test_set", "test_sets", "media", "graph_definitions", "graph_members",
-    "graph_callers", "graph_callees", "graph_subclasses", "graph_imports",
-    "graph_heading_tree", "graph_neighbours", "graph_entities", "graph_relations",
+    "search",
+    "explain_search",
+    "build_context",
+    "tree_search",
+    "embed_query",
+    "score_query",
+    "run_test_set",
+    "test_sets",
+    "media",
+    "graph_definitions",
+    "graph_members",
+    "graph_callers",
+    "graph_callees",
+    "graph_subclasses",
+    "graph_imports",
+    "graph_heading_tree",
+    "graph_neighbours",
+    "graph_entities",
+    "graph_relations",
     "graph_communities",
 )
 # What writers, the worker and the triggers call; one KB's rows per statement as well.
 WRITE_ENTRY_POINTS = (
-    "create_knowledge_base", "drop_knowledge_base", "set_retrieval_config", "put_document",
-    "add_document", "add_file", "add_url", "delete_document", "reindex_document",
-    "set_document_chunking", "set_document_usage_mode", "list_documents",
-    "reindex_knowledge_base", "claim_jobs", "process_job", "fail_job", "release_job",
-    "renew_leases", "prefetch_embeddings", "queue_status", "refresh_communities",
+    "create_knowledge_base",
+    "drop_knowledge_base",
+    "set_retrieval_config",
+    "put_document",
+    "add_document",
+    "add_file",
+    "add_url",
+    "delete_document",
+    "reindex_document",
+    "set_document_chunking",
+    "set_document_usage_mode",
+    "list_documents",
+    "reindex_knowledge_base",
+    "claim_jobs",
+    "process_job",
+    "fail_job",
+    "release_job",
+    "renew_leases",
+    "prefetch_embeddings",
+    "queue_status",
+    "refresh_communities",
     "refresh_stale_communities",
-    "create_test_set", "add_test_query", "delete_test_set", "preview_chunks",
-    "_chunk_after_insert", "_chunk_after_delete", "_graph_node_gone",
-    "_document_metadata_sync", "_document_chunking_check",
+    "create_test_set",
+    "add_test_query",
+    "delete_test_set",
+    "preview_chunks",
+    "_chunk_after_insert",
+    "_chunk_after_delete",
+    "_graph_node_gone",
+    "_document_metadata_sync",
+    "_document_chunking_check",
 )
 # Functions whose job is to find which KBs have work: their plain SELECTs (no row locks)
 # may read every KB's rows; Citus runs such a read on every node. What they then change
@@ -140,12 +177,16 @@ def _kb_id_pinned(
             (la, lk), (ra, rk) = local(c.lexpr), local(c.rexpr)
             if lk and rk:
                 parent[find(la)] = find(ra)  # type: ignore[arg-type]
-            elif lk and ra is None and not any(
-                isinstance(n, pg.ColumnRef) and local(n)[0] for n in _walk(c.rexpr)
+            elif (
+                lk
+                and ra is None
+                and not any(isinstance(n, pg.ColumnRef) and local(n)[0] for n in _walk(c.rexpr))
             ):
                 anchored.add(la)  # type: ignore[arg-type]
-            elif rk and la is None and not any(
-                isinstance(n, pg.ColumnRef) and local(n)[0] for n in _walk(c.lexpr)
+            elif (
+                rk
+                and la is None
+                and not any(isinstance(n, pg.ColumnRef) and local(n)[0] for n in _walk(c.lexpr))
             ):
                 anchored.add(ra)  # type: ignore[arg-type]
     roots = {find(a) for a in anchored}
@@ -211,8 +252,9 @@ class _Statements(Visitor):  # type: ignore[misc]
             if rv.relname not in self.cat.per_kb:
                 if alias not in pinned:
                     self.cat.findings.append(
-                        Finding(self.where, f"reads the view kb.{rv.relname} without "
-                                f"{alias}.kb_id = …")
+                        Finding(
+                            self.where, f"reads the view kb.{rv.relname} without {alias}.kb_id = …"
+                        )
                     )
                 else:
                     _check_view(self.cat, rv.relname)
@@ -316,9 +358,7 @@ def _python_sql(entry: str) -> Iterator[tuple[str, str]]:
     sqlapi functions it reaches by name, and every string of the kbpg_db modules they
     import."""
     source = (PLPYTHON / "sqlapi.py").read_text()
-    defs = {
-        n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)
-    }
+    defs = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
     seen: set[str] = set()
     todo = [entry]
     modules: set[str] = set()
@@ -380,20 +420,25 @@ def _check_view(cat: Catalog, name: str) -> None:
     cat.checked_views.add(name)
     stmt = pglast.parse_sql(cat.views[name])[0].stmt
     source = next(
-        (_column(t.val) for t in stmt.targetList
-         if (t.name or (_column(t.val) or ("",))[-1]) == "kb_id"),
+        (
+            _column(t.val)
+            for t in stmt.targetList
+            if (t.name or (_column(t.val) or ("",))[-1]) == "kb_id"
+        ),
         None,
     )
     if source is None or len(source) != 2:
         cat.findings.append(Finding(where, "has no kb_id column of one of its tables"))
         return
     pin = pg.A_Expr(
-        kind=A_Expr_Kind.AEXPR_OP, name=(pg.String(sval="="),),
+        kind=A_Expr_Kind.AEXPR_OP,
+        name=(pg.String(sval="="),),
         lexpr=pg.ColumnRef(fields=(pg.String(sval=source[0]), pg.String(sval=source[1]))),
         rexpr=pg.ParamRef(number=1),
     )
     stmt.whereClause = (
-        pin if stmt.whereClause is None
+        pin
+        if stmt.whereClause is None
         else pg.BoolExpr(boolop=BoolExprType.AND_EXPR, args=(stmt.whereClause, pin))
     )
     _check_tree(cat, where, (pg.RawStmt(stmt=stmt),))
@@ -466,11 +511,25 @@ def _reach(conn: psycopg.Connection, entry_points: tuple[str, ...]) -> tuple[Cat
 def test_every_read_statement_is_pinned_to_one_kb(conn: psycopg.Connection) -> None:
     cat, visited = _reach(conn, READ_ENTRY_POINTS)
     # The walk reaches the whole read path, the PL/Python parts included.
-    for name in ("_search_core", "_search_rows", "_bm25_search", "_vector_search",
-                 "_graph_channel", "_graph_edges", "_entity_peers", "_tree_search",
-                 "_py_tree_search", "_prepare_query", "_rerank", "_assemble_context",
-                 "_get_kb_by_id", "_active_index", "_graph_index", "_graph_symbol",
-                 "_graph_reference_rows"):
+    for name in (
+        "_search_core",
+        "_search_rows",
+        "_bm25_search",
+        "_vector_search",
+        "_graph_channel",
+        "_graph_edges",
+        "_entity_peers",
+        "_tree_search",
+        "_py_tree_search",
+        "_prepare_query",
+        "_rerank",
+        "_assemble_context",
+        "_get_kb_by_id",
+        "_active_index",
+        "_graph_index",
+        "_graph_symbol",
+        "_graph_reference_rows",
+    ):
         assert name in visited, name
     # The public building blocks look their KB up by index id and are not on this path.
     assert not {"bm25_search", "vector_search", "_index_kb", "query_lexemes"} & set(visited)
@@ -482,11 +541,23 @@ def test_every_write_statement_is_pinned_to_one_kb(conn: psycopg.Connection) -> 
     generation is built, stored, activated and dropped by its KB, and the statistics
     triggers work KB by KB."""
     cat, visited = _reach(conn, WRITE_ENTRY_POINTS)
-    for name in ("_enqueue", "_fail_job", "_cancel_job", "_build_document", "_convert_document",
-                 "_py_convert_document", "_py_prefetch_embeddings", "_store_media",
-                 "_maybe_activate", "_drop_index", "_clear_index",
-                 "_upsert_document", "_keep_file", "_py_refresh_communities",
-                 "_communities_stale"):
+    for name in (
+        "_enqueue",
+        "_fail_job",
+        "_cancel_job",
+        "_build_document",
+        "_convert_document",
+        "_py_convert_document",
+        "_py_prefetch_embeddings",
+        "_store_media",
+        "_maybe_activate",
+        "_drop_index",
+        "_clear_index",
+        "_upsert_document",
+        "_keep_file",
+        "_py_refresh_communities",
+        "_communities_stale",
+    ):
         assert name in visited, name
     # list_documents reads a view for one KB: the view's joins were checked too.
     assert "document_status" in cat.checked_views
@@ -509,8 +580,7 @@ def test_every_view_joins_its_tables_by_kb_id(conn: psycopg.Connection) -> None:
     [
         ("SELECT 1 FROM kb.posting p WHERE p.index_id = 1", "reads kb.posting p without"),
         (
-            "SELECT 1 FROM kb.chunk c JOIN kb.embedding e ON e.chunk_id = c.id "
-            "WHERE c.kb_id = 1",
+            "SELECT 1 FROM kb.chunk c JOIN kb.embedding e ON e.chunk_id = c.id WHERE c.kb_id = 1",
             "reads kb.embedding e without",
         ),
         (
@@ -538,8 +608,7 @@ def test_the_check_finds_a_statement_not_pinned(
         "SELECT 1 FROM kb.chunk c JOIN kb.embedding e "
         "ON e.chunk_id = c.id AND e.kb_id = c.kb_id WHERE c.kb_id = $1",
         # A reference table's KB id passes a value on.
-        "SELECT 1 FROM kb.knowledge_base k JOIN kb.document d ON d.kb_id = k.id "
-        "WHERE k.id = $1",
+        "SELECT 1 FROM kb.knowledge_base k JOIN kb.document d ON d.kb_id = k.id WHERE k.id = $1",
     ):
         _check_sql(ok, "probe", fine)
     assert ok.findings == []
@@ -566,6 +635,10 @@ def test_the_check_finds_a_view_or_a_lock_not_pinned(conn: psycopg.Connection) -
     cat = _catalog(conn)
     _check_sql(cat, "probe", "SELECT j.kb_id FROM kb.job j WHERE j.status = 'queued'", True)
     assert cat.findings == []
-    _check_sql(cat, "probe", "SELECT j.id FROM kb.job j WHERE j.status = 'queued' "
-               "FOR UPDATE SKIP LOCKED", True)
+    _check_sql(
+        cat,
+        "probe",
+        "SELECT j.id FROM kb.job j WHERE j.status = 'queued' FOR UPDATE SKIP LOCKED",
+        True,
+    )
     assert [f.problem for f in cat.findings] == ["reads kb.job j without j.kb_id = …"]

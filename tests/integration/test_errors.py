@@ -227,8 +227,13 @@ CASES = [
         "22023",
         "url must be an http or https URL (got 'ftp://example.com/x')",
     ),
-    Case("add_url", "SELECT * FROM kb.add_url('nope', 'https://example.com')", "P0002", NO_KB,
-         hint=LIST_HINT),
+    Case(
+        "add_url",
+        "SELECT * FROM kb.add_url('nope', 'https://example.com')",
+        "P0002",
+        NO_KB,
+        hint=LIST_HINT,
+    ),
     Case(
         "media",
         "SELECT * FROM kb.media('docs', 'kbpg-media:abc.png')",

@@ -128,7 +128,10 @@ def test_embedded_media_are_stored_once_and_referenced(
     status = _status(conn, "media")
     assert all(s["status"] == "ready" for s in status.values()), status
     assert {t: s["media"] for t, s in status.items()} == {
-        "policy.docx": 1, "guide.html": 1, "notes.md": 1}
+        "policy.docx": 1,
+        "guide.html": 1,
+        "notes.md": 1,
+    }
     stored = conn.execute(
         "SELECT d.title, d.content FROM kb.document d WHERE d.title IN ('policy.docx', 'notes.md')"
     ).fetchall()
@@ -139,7 +142,10 @@ def test_embedded_media_are_stored_once_and_referenced(
         ref = next(r for t, r in refs if t == title)
         assert ref.startswith("kbpg-media:") and ref in content
     # No chunk carries base64; the medium comes back by its reference, bytes exact.
-    assert conn.execute("SELECT count(*) FROM kb.chunk WHERE content LIKE '%;base64,%'").fetchone()[0] == 0
+    assert (
+        conn.execute("SELECT count(*) FROM kb.chunk WHERE content LIKE '%;base64,%'").fetchone()[0]
+        == 0
+    )
     medium = client.media("media", refs[0][1])
     assert bytes(medium["data"]) == of.PNG and medium["media_type"] == "image/png"
     assert medium["byte_size"] == len(of.PNG)
@@ -190,12 +196,23 @@ def test_bad_files_fail_their_own_document_only(client: Client, conn: psycopg.Co
 def test_add_file_checks_its_arguments(client: Client, conn: psycopg.Connection) -> None:
     client.create_knowledge_base("args")
     cases = [
-        (("args", "picture.png", b"\x89PNG\r\n"), psycopg.errors.InvalidParameterValue,
-         'file "picture.png" has an unsupported type'),
+        (
+            ("args", "picture.png", b"\x89PNG\r\n"),
+            psycopg.errors.InvalidParameterValue,
+            'file "picture.png" has an unsupported type',
+        ),
         (("args", "", b"x"), psycopg.errors.InvalidParameterValue, "file_name must name the file"),
-        (("args", "a.csv", b""), psycopg.errors.InvalidParameterValue, 'the file of document "a.csv" is empty'),
+        (
+            ("args", "a.csv", b""),
+            psycopg.errors.InvalidParameterValue,
+            'the file of document "a.csv" is empty',
+        ),
         (("args", "a.csv", None), psycopg.errors.InvalidParameterValue, "is NULL"),
-        (("nope", "a.csv", b"a,b"), psycopg.errors.NoDataFound, 'knowledge base "nope" does not exist'),
+        (
+            ("nope", "a.csv", b"a,b"),
+            psycopg.errors.NoDataFound,
+            'knowledge base "nope" does not exist',
+        ),
     ]
     for args, exc, message in cases:
         with pytest.raises(exc, match=message):
@@ -248,9 +265,12 @@ def test_reindex_converts_the_kept_original_and_keep_file_false(
     _add(conn, "kept", "cities.csv", of.CSV.encode(), keep_file=False)
     assert _add(conn, "kept", "plans.xlsx", xlsx)[1] == "unchanged"
     run_worker(conn.info.dsn)
-    files = dict(conn.execute(
-        "SELECT d.title, f.byte_size FROM kb.document d LEFT JOIN kb.document_file f "
-        "ON f.document_id = d.id").fetchall())
+    files = dict(
+        conn.execute(
+            "SELECT d.title, f.byte_size FROM kb.document d LEFT JOIN kb.document_file f "
+            "ON f.document_id = d.id"
+        ).fetchall()
+    )
     assert files["plans.xlsx"] == len(xlsx) and files["cities.csv"] is None
     # A reindex with another chunk size converts the kept original again; the CSV whose
     # original was dropped keeps the text converted before.
@@ -338,8 +358,11 @@ def test_urls_fetched_rendered_and_converted(
     client: Client, conn: psycopg.Connection, site: str
 ) -> None:
     db = conn.execute("SELECT current_database()").fetchone()[0]
-    conn.execute(sql.SQL("ALTER DATABASE {} SET kb.fetch_timeout_s = {}").format(
-        sql.Identifier(db), sql.Literal(str(FETCH_TIMEOUT_S))))
+    conn.execute(
+        sql.SQL("ALTER DATABASE {} SET kb.fetch_timeout_s = {}").format(
+            sql.Identifier(db), sql.Literal(str(FETCH_TIMEOUT_S))
+        )
+    )
     client.create_knowledge_base("web")
     page = client.add_url("web", site + "/js.html")
     assert page.action == "added"
@@ -347,7 +370,9 @@ def test_urls_fetched_rendered_and_converted(
     client.add_url("web", site + "/loop")
     client.add_url("web", site + "/slow")
     client.add_url("web", site + "/missing")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="url must be an http or https URL"):
+    with pytest.raises(
+        psycopg.errors.InvalidParameterValue, match="url must be an http or https URL"
+    ):
         conn.execute("SELECT * FROM kb.add_url('web', 'file:///etc/passwd')")
     run_worker(conn.info.dsn)
     status = _status(conn, "web")
@@ -356,7 +381,8 @@ def test_urls_fetched_rendered_and_converted(
     assert "redirects more than 10 times" in status[site + "/loop"]["error"]
     assert status[site + "/slow"]["error"] == (
         f'document "{site}/slow": page {site}/slow did not answer within {FETCH_TIMEOUT_S} s '
-        "(kb.fetch_timeout_s)")
+        "(kb.fetch_timeout_s)"
+    )
     assert "answered HTTP 404" in status[site + "/missing"]["error"]
     # Text the page's script wrote is indexed and found; source_uri keeps the URL.
     hits = client.search("web", "zebrafish deployment", method="full_text")
@@ -370,6 +396,8 @@ def test_urls_fetched_rendered_and_converted(
     # The rendered page is kept: a reindex converts it again without fetching.
     kept = conn.execute(
         "SELECT f.data FROM kb.document_file f JOIN kb.document d ON d.id = f.document_id "
-        "WHERE d.title = %s", (site + "/js.html",)).fetchone()
+        "WHERE d.title = %s",
+        (site + "/js.html",),
+    ).fetchone()
     assert kept is not None and b"zebrafish" in bytes(kept[0])
     assert client.add_url("web", site + "/js.html").action == "replaced"  # fetched anew

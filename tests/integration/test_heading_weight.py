@@ -49,7 +49,9 @@ def test_statistics_count_heading_words_heading_weight_times(
     client: Client, conn: psycopg.Connection, provider: FakeProvider
 ) -> None:
     full_text_kb(client, conn, provider, "hw3", {"guide": GUIDE}, heading_weight=3)
-    ix = conn.execute("SELECT active_index_id FROM kb.knowledge_base WHERE name = 'hw3'").fetchone()[0]
+    ix = conn.execute(
+        "SELECT active_index_id FROM kb.knowledge_base WHERE name = 'hw3'"
+    ).fetchone()[0]
     chunks = conn.execute(
         "SELECT id, heading_path, tsv, doc_len FROM kb.chunk WHERE index_id = %s ORDER BY ordinal",
         (ix,),
@@ -115,14 +117,24 @@ def test_a_generation_without_the_setting_weighs_headings_as_body(
     old, flat, weighted = conn.execute(
         "SELECT kb.chunk_tsvector(%s, %s, %s), kb.chunk_tsvector(%s, %s, %s), "
         "kb.chunk_tsvector(%s, %s, %s)",
-        ('{"text_search_config": "english"}', text, heading,
-         '{"text_search_config": "english", "heading_weight": 1}', text, heading,
-         '{"text_search_config": "english", "heading_weight": 4}', text, heading),
+        (
+            '{"text_search_config": "english"}',
+            text,
+            heading,
+            '{"text_search_config": "english", "heading_weight": 1}',
+            text,
+            heading,
+            '{"text_search_config": "english", "heading_weight": 4}',
+            text,
+            heading,
+        ),
     ).fetchone()
     plain = conn.execute("SELECT to_tsvector('english', %s)", (text,)).fetchone()[0]
     assert old == flat == plain
     assert weighted == "'back':5 'guid':1A 'polici':3A 'retri':2A,4"
-    assert conn.execute("SELECT kb.tsvector_length(%s::tsvector, 4)", (weighted,)).fetchone()[0] == 14
+    assert (
+        conn.execute("SELECT kb.tsvector_length(%s::tsvector, 4)", (weighted,)).fetchone()[0] == 14
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "11", '"two"', "1.5"])
@@ -133,4 +145,7 @@ def test_a_bad_heading_weight_is_refused(conn: psycopg.Connection, value: str) -
             ('{"heading_weight": ' + value + "}",),
         )
     assert "heading_weight" in str(err.value)
-    assert conn.execute("SELECT count(*) FROM kb.knowledge_base WHERE name = 'hw_bad'").fetchone()[0] == 0
+    assert (
+        conn.execute("SELECT count(*) FROM kb.knowledge_base WHERE name = 'hw_bad'").fetchone()[0]
+        == 0
+    )

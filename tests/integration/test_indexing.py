@@ -132,10 +132,26 @@ def test_remote_batches_in_flight_at_once(
 ) -> None:
     """A document's batches go to the provider several at a time (embedding_concurrency,
     counted at the server), and every chunk still gets its own text's vector."""
-    remote_kb(client, conn, provider, "par", chunk_size=30, chunk_overlap=0, batch_size=2,
-              embedding_concurrency=3)
-    remote_kb(client, conn, provider, "seq", chunk_size=30, chunk_overlap=0, batch_size=2,
-              embedding_concurrency=1)
+    remote_kb(
+        client,
+        conn,
+        provider,
+        "par",
+        chunk_size=30,
+        chunk_overlap=0,
+        batch_size=2,
+        embedding_concurrency=3,
+    )
+    remote_kb(
+        client,
+        conn,
+        provider,
+        "seq",
+        chunk_size=30,
+        chunk_overlap=0,
+        batch_size=2,
+        embedding_concurrency=1,
+    )
     text = " ".join(f"word{i}" for i in range(400))
     provider.embed_delay = 0.3
     client.add_text("par", "long", text)
@@ -154,8 +170,10 @@ def test_remote_batches_in_flight_at_once(
     for content, vec in rows:
         want = hashed_vector(content, provider.dim)
         assert max(abs(a - b) for a, b in zip(vec, want, strict=True)) < 1e-5
-    assert client.document_status("par")[0]["tokens_embedded"] == client.document_status(
-        "seq")[0]["tokens_embedded"]
+    assert (
+        client.document_status("par")[0]["tokens_embedded"]
+        == client.document_status("seq")[0]["tokens_embedded"]
+    )
 
 
 def test_small_documents_share_requests(
@@ -218,9 +236,10 @@ def test_jobs_claimed_together_keep_their_leases(
     assert conn.execute("SELECT count(*) FROM kb.claim_jobs('w2', 3, 2)").fetchone()[0] == 0
     # The vectors embedded ahead are this connection's: its jobs use them, no new request.
     for job_id in ids:
-        assert conn.execute(
-            "SELECT kb.process_job(%s, %s, 'w1')::text", (kb_id, job_id)
-        ).fetchone()[0] == "done"
+        assert (
+            conn.execute("SELECT kb.process_job(%s, %s, 'w1')::text", (kb_id, job_id)).fetchone()[0]
+            == "done"
+        )
     assert provider.embedding_calls == 1
 
 
@@ -402,13 +421,17 @@ def test_a_claim_takes_one_knowledge_base_s_jobs(
         "SELECT kb_id, id FROM kb.job WHERE locked_by = 'w3' ORDER BY id LIMIT 1"
     ).fetchone()
     wrong = kb_of["older"] if job[0] == kb_of["newer"] else kb_of["newer"]
-    assert conn.execute("SELECT kb.process_job(%s, %s, 'w3')::text", (wrong, job[1])).fetchone()[
-        0
-    ] == "lost"
-    assert conn.execute("SELECT kb.release_job(%s, %s, 'w3')", (wrong, job[1])).fetchone()[0] is None
-    assert conn.execute("SELECT kb.fail_job(%s, %s, 'w3', 'x')", (wrong, job[1])).fetchone()[
-        0
-    ] == "lost"
+    assert (
+        conn.execute("SELECT kb.process_job(%s, %s, 'w3')::text", (wrong, job[1])).fetchone()[0]
+        == "lost"
+    )
+    assert (
+        conn.execute("SELECT kb.release_job(%s, %s, 'w3')", (wrong, job[1])).fetchone()[0] is None
+    )
+    assert (
+        conn.execute("SELECT kb.fail_job(%s, %s, 'w3', 'x')", (wrong, job[1])).fetchone()[0]
+        == "lost"
+    )
     assert conn.execute("SELECT kb.release_job(%s, %s, 'w3')", job).fetchone()[0] is True
 
 

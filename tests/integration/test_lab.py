@@ -54,8 +54,9 @@ def serve() -> Iterator[Callable[..., str]]:
     def start(dsn: str, kb: str | None = None, token: str | None = None) -> str:
         port = _free_port()
         server = uvicorn.Server(
-            uvicorn.Config(create_app(Lab(dsn, kb, token)), host="127.0.0.1", port=port,
-                           log_level="warning")
+            uvicorn.Config(
+                create_app(Lab(dsn, kb, token)), host="127.0.0.1", port=port, log_level="warning"
+            )
         )
         threading.Thread(target=server.run, daemon=True).start()
         deadline = time.monotonic() + 20
@@ -79,9 +80,17 @@ def browser() -> Iterator[Any]:
     os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1500,1100"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1500,1100",
+    ):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
     driver.implicitly_wait(0)
@@ -154,8 +163,18 @@ def test_lab_in_a_browser(
     # Every retrieval setting of the KB is a field, with the KB's value.
     assert _field(d, "a", "top_k").get_attribute("value") == "10"
     assert _field(d, "a", "fusion").tag_name == "select"
-    for name in ("method", "fusion", "vector_weight", "rrf_k", "fusion_depth", "similarity_threshold",
-                 "rerank", "ef_search", "bm25_k1", "filter"):
+    for name in (
+        "method",
+        "fusion",
+        "vector_weight",
+        "rrf_k",
+        "fusion_depth",
+        "similarity_threshold",
+        "rerank",
+        "ef_search",
+        "bm25_k1",
+        "filter",
+    ):
         assert _field(d, "a", name) is not None
 
     # A single run: results with their source and each stage's rank and score.
@@ -224,8 +243,9 @@ def test_lab_in_a_browser(
         for doc_id, grade in beir.qrels[qid].items():
             if grade > 0 and doc_id in beir.corpus:
                 title, text = beir.corpus[doc_id]
-                conn.execute("SELECT kb.put_document('handbook', %s, %s)",
-                             (doc_id, f"{title}\n\n{text}"))
+                conn.execute(
+                    "SELECT kb.put_document('handbook', %s, %s)", (doc_id, f"{title}\n\n{text}")
+                )
     _set(d.find_element("id", "beir-name"), "scifact-5")
     _set(d.find_element("id", "beir-folder"), str(BEIR))
     _set(d.find_element("id", "beir-limit"), "5")
@@ -245,11 +265,23 @@ def test_lab_in_a_browser(
     _shot(d, "chunks")
     d.find_element("id", "rechunk").click()
     _confirm(d)
-    _wait(d, lambda: "building" in d.find_element("id", "rechunk-status").text
-          or "active" in d.find_element("id", "rechunk-status").text, "the rechunk to start")
+    _wait(
+        d,
+        lambda: (
+            "building" in d.find_element("id", "rechunk-status").text
+            or "active" in d.find_element("id", "rechunk-status").text
+        ),
+        "the rechunk to start",
+    )
     run_worker(conn.info.dsn)
-    _wait(d, lambda: "active" in d.find_element("id", "rechunk-status").text
-          and "(serving)" in d.find_element("id", "rechunk-status").text, "the rechunk to finish")
+    _wait(
+        d,
+        lambda: (
+            "active" in d.find_element("id", "rechunk-status").text
+            and "(serving)" in d.find_element("id", "rechunk-status").text
+        ),
+        "the rechunk to finish",
+    )
     chunker = conn.execute(
         "SELECT ix.indexing_config->>'chunker' FROM kb.knowledge_base k JOIN kb.kb_index ix "
         "ON ix.id = k.active_index_id WHERE k.name = 'handbook'"
@@ -261,14 +293,28 @@ def test_lab_in_a_browser(
     d.find_element("id", "refresh-docs").click()
     time.sleep(0.5)  # the table is drawn anew by the refresh
     leave = "#docs tr[data-doc='Leave']"
-    assert _wait(d, lambda: d.find_element("css selector", f"{leave} td.status").text,
-                 "the documents") == "ready"
-    _wait(d, lambda: d.find_element(
-        "css selector", f"{leave} select.usage-mode option[value='system']").click() or True,
-        "the usage_mode picker")
-    _wait(d, lambda: conn.execute(
-        "SELECT usage_mode FROM kb.document WHERE title = 'Leave'").fetchone() == ("system",),
-        "usage_mode to change")
+    assert (
+        _wait(d, lambda: d.find_element("css selector", f"{leave} td.status").text, "the documents")
+        == "ready"
+    )
+    _wait(
+        d,
+        lambda: (
+            d.find_element(
+                "css selector", f"{leave} select.usage-mode option[value='system']"
+            ).click()
+            or True
+        ),
+        "the usage_mode picker",
+    )
+    _wait(
+        d,
+        lambda: (
+            conn.execute("SELECT usage_mode FROM kb.document WHERE title = 'Leave'").fetchone()
+            == ("system",)
+        ),
+        "usage_mode to change",
+    )
     _shot(d, "documents")
 
 
@@ -296,7 +342,8 @@ def test_lab_respects_row_level_security(
         page = urllib.request.urlopen(base).read().decode()
         csrf = page.split('data-csrf="')[1].split('"')[0]
         req = urllib.request.Request(
-            base + "api/preset/apply", data=json.dumps({"kb": "handbook", "config": {"top_k": 3}}).encode(),
+            base + "api/preset/apply",
+            data=json.dumps({"kb": "handbook", "config": {"top_k": 3}}).encode(),
             headers={"Content-Type": "application/json", "X-Kbpg-Lab": csrf},
         )
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -310,16 +357,20 @@ def test_lab_respects_row_level_security(
         assert no_token.value.code == 403
         # An outsider sees no knowledge base at all.
         d.get(serve(make_conninfo(dsn, user=outsider)))
-        _wait(d, lambda: "No knowledge base you can read" in d.find_element("id", "error").text,
-              "the outsider's empty list")
+        _wait(
+            d,
+            lambda: "No knowledge base you can read" in d.find_element("id", "error").text,
+            "the outsider's empty list",
+        )
     finally:
         for role in (viewer, outsider):
             conn.execute(f'DROP OWNED BY "{role}"')
             conn.execute(f'DROP ROLE "{role}"')
 
 
-def test_lab_beyond_loopback_needs_a_token(serve: Callable[..., str], handbook: str,
-                                           conn: psycopg.Connection) -> None:
+def test_lab_beyond_loopback_needs_a_token(
+    serve: Callable[..., str], handbook: str, conn: psycopg.Connection
+) -> None:
     base = serve(conn.info.dsn, None, "s3cret")
     with pytest.raises(urllib.error.HTTPError) as denied:
         urllib.request.urlopen(base + "api/kbs")
@@ -357,10 +408,14 @@ def test_lab_serves_requests_side_by_side_and_offers_only_what_a_kb_reads(
                 assert response.status_code == 200, response.text
                 return time.monotonic() - started
 
-            slow = timed(http.post("/api/preview", json={"kb": handbook, "text": "# A\n\nb"},
-                                   headers=headers))
-            fast = timed(http.post("/api/search", json={"kb": handbook, "query": "refund"},
-                                   headers=headers))
+            slow = timed(
+                http.post(
+                    "/api/preview", json={"kb": handbook, "text": "# A\n\nb"}, headers=headers
+                )
+            )
+            fast = timed(
+                http.post("/api/search", json={"kb": handbook, "query": "refund"}, headers=headers)
+            )
             took_slow, took_fast = await asyncio.gather(slow, fast)
             return took_slow, took_fast
 
@@ -379,14 +434,17 @@ def test_lab_serves_requests_side_by_side_and_offers_only_what_a_kb_reads(
     csrf = page.split('data-csrf="')[1].split('"')[0]
     req = urllib.request.Request(
         base + "api/test-sets/save",
-        data=json.dumps({"kb": handbook, "name": "typo",
-                         "queries": "money back => Refund\n"}).encode(),
+        data=json.dumps(
+            {"kb": handbook, "name": "typo", "queries": "money back => Refund\n"}
+        ).encode(),
         headers={"Content-Type": "application/json", "X-Kbpg-Lab": csrf},
     )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(req)
     assert refused.value.code == 400
     error = json.loads(refused.value.read())["error"]
-    assert error == ('test query "money back" expects "Refund", which names no document of '
-                     'knowledge base "handbook"')
+    assert error == (
+        'test query "money back" expects "Refund", which names no document of '
+        'knowledge base "handbook"'
+    )
     assert conn.execute("SELECT count(*) FROM kb.test_set").fetchone() == (0,)

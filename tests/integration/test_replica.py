@@ -31,16 +31,34 @@ DOCS = {
 
 # Every read an application or the lab makes, as (name, SQL); %(kb)s is the KB's name.
 READS = [
-    ("hybrid", "SELECT chunk_id, title, round(score::numeric, 9) FROM kb.search(%(kb)s, 'paid leave days')"),
-    ("vector", "SELECT chunk_id, round(score::numeric, 9) FROM kb.search(%(kb)s, 'money back', method => 'vector')"),
-    ("full_text", "SELECT chunk_id, round(score::numeric, 9) FROM kb.search(%(kb)s, "
-                  "'Rotterdam warehouse', method => 'full_text')"),
+    (
+        "hybrid",
+        "SELECT chunk_id, title, round(score::numeric, 9) FROM kb.search(%(kb)s, 'paid leave days')",
+    ),
+    (
+        "vector",
+        "SELECT chunk_id, round(score::numeric, 9) FROM kb.search(%(kb)s, 'money back', method => 'vector')",
+    ),
+    (
+        "full_text",
+        "SELECT chunk_id, round(score::numeric, 9) FROM kb.search(%(kb)s, "
+        "'Rotterdam warehouse', method => 'full_text')",
+    ),
     ("filtered", "SELECT chunk_id FROM kb.search(%(kb)s, 'leave', filter => '{\"team\": \"hr\"}')"),
-    ("explain", "SELECT final_rank, chunk_id, vector_rank, bm25_rank, round(fused_score::numeric, 9) "
-                "FROM kb.explain_search(%(kb)s, 'refund within days')"),
-    ("context", "SELECT context, has_relevant, sources FROM kb.build_context(%(kb)s, 'how long do refunds take')"),
-    ("bm25", "SELECT chunk_id, round(score::numeric, 9) FROM kb.bm25_search("
-             "(SELECT active_index_id FROM kb.knowledge_base WHERE name = %(kb)s), 'parcels days', 5)"),
+    (
+        "explain",
+        "SELECT final_rank, chunk_id, vector_rank, bm25_rank, round(fused_score::numeric, 9) "
+        "FROM kb.explain_search(%(kb)s, 'refund within days')",
+    ),
+    (
+        "context",
+        "SELECT context, has_relevant, sources FROM kb.build_context(%(kb)s, 'how long do refunds take')",
+    ),
+    (
+        "bm25",
+        "SELECT chunk_id, round(score::numeric, 9) FROM kb.bm25_search("
+        "(SELECT active_index_id FROM kb.knowledge_base WHERE name = %(kb)s), 'parcels days', 5)",
+    ),
     ("embed", "SELECT kb.embed_query(%(kb)s, 'paid leave')::text"),
     ("preview", "SELECT ordinal, content FROM kb.preview_chunks('# A\n\nOne. Two.', '{}')"),
     ("score", "SELECT kb.score_query(%(kb)s, 'paid leave', ARRAY['Leave'])::text"),

@@ -215,7 +215,13 @@ def test_lock_plan_names_what_each_statement_changes() -> None:
 # Tables that hold no knowledge base's rows: replicated whole under Citus (README, "Beyond
 # one machine"). Every other table is per-KB and must pass the checks below.
 REFERENCE_TABLES = {
-    "knowledge_base", "kb_share", "team", "team_member", "setting", "llm_call", "migration",
+    "knowledge_base",
+    "kb_share",
+    "team",
+    "team_member",
+    "setting",
+    "llm_call",
+    "migration",
     "version",
 }
 

@@ -220,13 +220,17 @@ def test_hybrid_zscore_fuses_standardised_scores(
     build(client, conn, provider)
     query = "small cats and seeds"
     rows = client.explain_search("kb1", query, top_k=6, vector_weight=0.3, fusion_depth=8)
-    ix = conn.execute("SELECT active_index_id FROM kb.knowledge_base WHERE name = 'kb1'").fetchone()[0]
+    ix = conn.execute(
+        "SELECT active_index_id FROM kb.knowledge_base WHERE name = 'kb1'"
+    ).fetchone()[0]
     emb = client.conn.execute("SELECT kb.embed_query('kb1', %s)", (query,)).fetchone()[0]
     lists = [
         conn.execute(
             "SELECT chunk_id, similarity FROM kb.vector_search(%s, %s::real[], 8)", (ix, emb)
         ).fetchall(),
-        conn.execute("SELECT chunk_id, score FROM kb.bm25_search(%s, %s, 8)", (ix, query)).fetchall(),
+        conn.execute(
+            "SELECT chunk_id, score FROM kb.bm25_search(%s, %s, 8)", (ix, query)
+        ).fetchall(),
     ]
     zs = []
     for lst in lists:
@@ -236,8 +240,7 @@ def test_hybrid_zscore_fuses_standardised_scores(
         zs.append({c: (x - mean) / sd if sd else 0.0 for c, x in lst})
     assert zs[0] and zs[1] and set(zs[0]) != set(zs[1])  # some candidates miss a list
     fused = {
-        c: 0.3 * zs[0].get(c, min(zs[0].values()) - 1)
-        + 0.7 * zs[1].get(c, min(zs[1].values()) - 1)
+        c: 0.3 * zs[0].get(c, min(zs[0].values()) - 1) + 0.7 * zs[1].get(c, min(zs[1].values()) - 1)
         for c in set(zs[0]) | set(zs[1])
     }
     order = sorted(fused, key=lambda c: (-fused[c], c))[:6]

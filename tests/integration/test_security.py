@@ -74,7 +74,8 @@ def world(dsn: str, conn: psycopg.Connection[Any]) -> Iterator[World]:
         # A cached LLM answer (the worker writes these), its key the request's sha256.
         conn.execute(
             "INSERT INTO kb.llm_call (key, model, purpose, request, response) "
-            "VALUES (%s, 'openai/m', 'summary', '{}', 'the answer')", (KNOWN_KEY,)
+            "VALUES (%s, 'openai/m', 'summary', '{}', 'the answer')",
+            (KNOWN_KEY,),
         )
         yield w
     finally:
@@ -123,39 +124,62 @@ def definer_calls(w: World) -> dict[str, tuple[str, tuple[Any, ...], Any]]:
     admin, team = w.role("admin"), f"{w.prefix}_A"
     return {
         # Lookups the policies and kbpg's caller-rights functions evaluate.
-        "kb._readable_kbs(name)": (
-            "SELECT kb._readable_kbs(%s)", (admin,), ("rows", [([],)])),
+        "kb._readable_kbs(name)": ("SELECT kb._readable_kbs(%s)", (admin,), ("rows", [([],)])),
         "kb._readable_indexes(name)": (
-            "SELECT kb._readable_indexes(%s)", (admin,), ("rows", [([],)])),
+            "SELECT kb._readable_indexes(%s)",
+            (admin,),
+            ("rows", [([],)]),
+        ),
         "kb._team_name(integer,name)": (
-            "SELECT kb._team_name(%s, %s)", (w.team_id, admin), ("rows", [(None,)])),
+            "SELECT kb._team_name(%s, %s)",
+            (w.team_id, admin),
+            ("rows", [(None,)]),
+        ),
         # Read by exact key only: the whole request, which holds what the answer is made
         # from; no pattern or prefix finds one.
         "kb._llm_cache_get(text[])": (
-            "SELECT * FROM kb._llm_cache_get(%s)", (["%", KNOWN_KEY[:8], "", KNOWN_KEY + " "],),
-            ("rows", [])),
+            "SELECT * FROM kb._llm_cache_get(%s)",
+            (["%", KNOWN_KEY[:8], "", KNOWN_KEY + " "],),
+            ("rows", []),
+        ),
         "kb._server_setting(text)": (
-            "SELECT kb._server_setting('shared_buffers')", (), ("rows", [(None,)])),
+            "SELECT kb._server_setting('shared_buffers')",
+            (),
+            ("rows", [(None,)]),
+        ),
         # Names are unique across teams: it says a name is taken, and only that.
-        "kb._kb_name_taken(text)": (
-            "SELECT kb._kb_name_taken(%s)", (w.kb,), ("rows", [(True,)])),
+        "kb._kb_name_taken(text)": ("SELECT kb._kb_name_taken(%s)", (w.kb,), ("rows", [(True,)])),
         # Team and sharing functions: acting as a role it is not, or on what it cannot see.
         "kb.create_team(text,name)": (
-            "SELECT kb.create_team(%s, acting_as => %s)", (f"{w.prefix}_X", admin),
-            ("error", "42501")),
+            "SELECT kb.create_team(%s, acting_as => %s)",
+            (f"{w.prefix}_X", admin),
+            ("error", "42501"),
+        ),
         "kb.add_team_member(text,name,text,name)": (
-            "SELECT kb.add_team_member(%s, %s)", (team, w.role("outsider")),
-            ("error", "42501")),
+            "SELECT kb.add_team_member(%s, %s)",
+            (team, w.role("outsider")),
+            ("error", "42501"),
+        ),
         "kb.remove_team_member(text,name,name)": (
-            "SELECT kb.remove_team_member(%s, %s)", (team, w.role("member")),
-            ("error", "42501")),
+            "SELECT kb.remove_team_member(%s, %s)",
+            (team, w.role("member")),
+            ("error", "42501"),
+        ),
         "kb.share_knowledge_base(text,text,text,name)": (
-            "SELECT kb.share_knowledge_base(%s, %s)", (w.kb, team), ("error", "P0002")),
+            "SELECT kb.share_knowledge_base(%s, %s)",
+            (w.kb, team),
+            ("error", "P0002"),
+        ),
         "kb.unshare_knowledge_base(text,text,name)": (
-            "SELECT kb.unshare_knowledge_base(%s, %s, acting_as => %s)", (w.kb, team, admin),
-            ("error", "42501")),
+            "SELECT kb.unshare_knowledge_base(%s, %s, acting_as => %s)",
+            (w.kb, team, admin),
+            ("error", "42501"),
+        ),
         "kb.knowledge_base_shares(text,name)": (
-            "SELECT * FROM kb.knowledge_base_shares(%s)", (w.kb,), ("error", "P0002")),
+            "SELECT * FROM kb.knowledge_base_shares(%s)",
+            (w.kb,),
+            ("error", "P0002"),
+        ),
     }
 
 
@@ -178,8 +202,12 @@ def test_every_definer_function_is_tried(world: World, conn: psycopg.Connection[
     triggers = {sig for sig, (trigger, _) in found.items() if trigger}
     assert set(found) - triggers == set(calls), "a SECURITY DEFINER function is not tried here"
     assert {s for s in found if s.startswith("kb._")} - triggers <= {
-        "kb._readable_kbs(name)", "kb._readable_indexes(name)", "kb._team_name(integer,name)",
-        "kb._llm_cache_get(text[])", "kb._server_setting(text)", "kb._kb_name_taken(text)",
+        "kb._readable_kbs(name)",
+        "kb._readable_indexes(name)",
+        "kb._team_name(integer,name)",
+        "kb._llm_cache_get(text[])",
+        "kb._server_setting(text)",
+        "kb._kb_name_taken(text)",
     }, "an internal SECURITY DEFINER function besides the documented lookups"
     outsider = world.conn("outsider")
     before = snapshot(conn)
@@ -196,7 +224,9 @@ def test_every_definer_function_is_tried(world: World, conn: psycopg.Connection[
             wrong.append(f"{sig}: got {got}, expected {want}")
     assert not wrong, "\n".join(wrong)
     assert _outcome(outsider, "SELECT * FROM kb._llm_cache_get(%s)", ([KNOWN_KEY],)) == (
-        "rows", [(KNOWN_KEY, "the answer")])
+        "rows",
+        [(KNOWN_KEY, "the answer")],
+    )
     assert _outcome(outsider, "SELECT count(*) FROM kb.llm_call", ()) == ("error", "42501")
     assert snapshot(conn) == before
 
@@ -205,35 +235,43 @@ def test_the_old_index_drop_is_gone(world: World, conn: psycopg.Connection[Any])
     """kb._hnsw_index(kb_id, index_id, false) dropped any generation's HNSW index for any
     role when the pair matched no row."""
     index = f"embedding_hnsw_{world.index_id}"
-    got = _outcome(world.conn("outsider"), "SELECT kb._hnsw_index(999999, %s, false)",
-                   (world.index_id,))
+    got = _outcome(
+        world.conn("outsider"), "SELECT kb._hnsw_index(999999, %s, false)", (world.index_id,)
+    )
     assert got == ("error", "42883")  # undefined_function
     assert conn.execute("SELECT to_regclass(%s)", (f"kb.{index}",)).fetchone()[0] is not None
-    plan = world.conn("member").execute(
-        "EXPLAIN SELECT * FROM kb.search(%s, 'alpha', method => 'vector')", (world.kb,)
-    ).fetchall()
+    plan = (
+        world.conn("member")
+        .execute("EXPLAIN SELECT * FROM kb.search(%s, 'alpha', method => 'vector')", (world.kb,))
+        .fetchall()
+    )
     assert plan  # the KB still searches; its index is kb.embedding's partial index
-    assert _outcome(world.conn("member"), "SELECT count(*) FROM kb.search(%s, 'alpha')",
-                    (world.kb,)) == ("rows", [(2,)])
+    assert _outcome(
+        world.conn("member"), "SELECT count(*) FROM kb.search(%s, 'alpha')", (world.kb,)
+    ) == ("rows", [(2,)])
 
 
 def test_a_raw_kb_delete_takes_its_vector_index(
     world: World, conn: psycopg.Connection[Any]
 ) -> None:
     admin = world.conn("admin")
-    admin.execute("SELECT kb.create_knowledge_base(%s, team => %s)",
-                  (f"{world.prefix}_other", f"{world.prefix}_A"))
+    admin.execute(
+        "SELECT kb.create_knowledge_base(%s, team => %s)",
+        (f"{world.prefix}_other", f"{world.prefix}_A"),
+    )
     other_ix = conn.execute(
         "SELECT active_index_id FROM kb.knowledge_base WHERE name = %s", (f"{world.prefix}_other",)
     ).fetchone()[0]
-    assert admin.execute("DELETE FROM kb.knowledge_base WHERE id = %s",
-                         (world.kb_id,)).rowcount == 1
+    assert (
+        admin.execute("DELETE FROM kb.knowledge_base WHERE id = %s", (world.kb_id,)).rowcount == 1
+    )
     exists = "SELECT to_regclass(%s) IS NOT NULL"
     assert not conn.execute(exists, (f"kb.embedding_hnsw_{world.index_id}",)).fetchone()[0]
     assert conn.execute(exists, (f"kb.embedding_hnsw_{other_ix}",)).fetchone()[0]
     for t in ("chunk", "embedding", "posting", "term_stat", "kb_index", "document"):
-        assert conn.execute(f"SELECT count(*) FROM kb.{t} WHERE kb_id = %s",
-                            (world.kb_id,)).fetchone() == (0,), t
+        assert conn.execute(
+            f"SELECT count(*) FROM kb.{t} WHERE kb_id = %s", (world.kb_id,)
+        ).fetchone() == (0,), t
 
 
 def test_what_kbpg_builds_is_not_written_by_raw_sql(
@@ -242,16 +280,20 @@ def test_what_kbpg_builds_is_not_written_by_raw_sql(
     member = world.conn("member")
     before = snapshot(conn)
     attempts = [
-        ("INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count, "
-         "char_start, char_end, tsv, doc_len) SELECT %s, kb_id, id, 99, 'planted', 1, 0, 7, "
-         "'planted'::tsvector, 1 FROM kb.document WHERE kb_id = %s",
-         (world.index_id, world.kb_id)),
+        (
+            "INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count, "
+            "char_start, char_end, tsv, doc_len) SELECT %s, kb_id, id, 99, 'planted', 1, 0, 7, "
+            "'planted'::tsvector, 1 FROM kb.document WHERE kb_id = %s",
+            (world.index_id, world.kb_id),
+        ),
         ("DELETE FROM kb.chunk WHERE kb_id = %s", (world.kb_id,)),
         ("DELETE FROM kb.embedding WHERE kb_id = %s", (world.kb_id,)),
         ("UPDATE kb.term_stat SET df = 1000 WHERE kb_id = %s", (world.kb_id,)),
-        ("INSERT INTO kb.posting (index_id, lexeme, chunk_id, kb_id, tf, dl) "
-         "SELECT index_id, 'planted', id, kb_id, 1, 1 FROM kb.chunk WHERE kb_id = %s",
-         (world.kb_id,)),
+        (
+            "INSERT INTO kb.posting (index_id, lexeme, chunk_id, kb_id, tf, dl) "
+            "SELECT index_id, 'planted', id, kb_id, 1, 1 FROM kb.chunk WHERE kb_id = %s",
+            (world.kb_id,),
+        ),
         ("DELETE FROM kb.graph_node WHERE kb_id = %s", (world.kb_id,)),
         ("TRUNCATE kb.page_index_node", ()),
         ("UPDATE kb.kb_index SET n_chunks = 1 WHERE kb_id = %s", (world.kb_id,)),
@@ -262,9 +304,7 @@ def test_what_kbpg_builds_is_not_written_by_raw_sql(
     assert snapshot(conn) == before
 
 
-def test_no_session_setting_bypasses_a_guard(
-    world: World, conn: psycopg.Connection[Any]
-) -> None:
+def test_no_session_setting_bypasses_a_guard(world: World, conn: psycopg.Connection[Any]) -> None:
     member = world.conn("member")
     before = snapshot(conn)
     member.execute("SET kb.internal_write = on")
@@ -278,7 +318,7 @@ def test_no_session_setting_bypasses_a_guard(
         "UPDATE kb.kb_index SET indexing_config = '{}' WHERE id = %(ix)s",
         # A generation of its own, with a config no validation saw, is refused too.
         "INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim) "
-        "VALUES (%(kb)s, '{\"strategy\": \"chunk_embed\", \"chunk_size\": 999999}', "
+        'VALUES (%(kb)s, \'{"strategy": "chunk_embed", "chunk_size": 999999}\', '
         "'local/all-MiniLM-L6-v2', 384)",
         "INSERT INTO kb.kb_index (kb_id, indexing_config, embedding_model, embedding_dim, status) "
         "SELECT kb_id, indexing_config, embedding_model, embedding_dim, 'active' "
@@ -310,14 +350,15 @@ def assert_statistics_exact(conn: psycopg.Connection[Any], index_id: int) -> Non
         "SELECT u.lexeme, count(*) FROM kb.chunk c, unnest(c.tsv) u "
         "WHERE c.index_id = %s GROUP BY 1 ORDER BY 1"
     )
-    assert conn.execute(df, (index_id,)).fetchall() == conn.execute(
-        recomputed, (index_id,)
-    ).fetchall()
+    assert (
+        conn.execute(df, (index_id,)).fetchall() == conn.execute(recomputed, (index_id,)).fetchall()
+    )
     postings = "SELECT count(*) FROM kb.posting WHERE index_id = %s"
     pairs = "SELECT count(*) FROM kb.chunk c, unnest(c.tsv) u WHERE c.index_id = %s"
-    assert conn.execute(postings, (index_id,)).fetchone() == conn.execute(
-        pairs, (index_id,)
-    ).fetchone()
+    assert (
+        conn.execute(postings, (index_id,)).fetchone()
+        == conn.execute(pairs, (index_id,)).fetchone()
+    )
 
 
 def test_off_boarding_typos_are_errors(world: World, conn: psycopg.Connection[Any]) -> None:
@@ -371,9 +412,7 @@ def test_a_session_open_across_an_upgrade_is_told_to_reconnect(
         assert f"releases/{__version__}/kbpg_db" in (diag.message_detail or "")
         with psycopg.connect(dsn, autocommit=True) as fresh:
             assert fresh.execute("SELECT kb.count_tokens('hello world')").fetchone()[0] > 0
-            (loaded,) = fresh.execute(
-                "SELECT version FROM kb.version"
-            ).fetchone()
+            (loaded,) = fresh.execute("SELECT version FROM kb.version").fetchone()
             assert loaded == new
     finally:
         stale.close()

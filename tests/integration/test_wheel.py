@@ -21,22 +21,34 @@ from kbpg.cluster import SERVER_USER, find_bindir, free_port, is_root
 from kbpg.resources import CHECKOUT, lock_file
 
 # What a client-only install must not pull in: the in-database model, LLM and parsing stack.
-SERVER_ONLY = ("numpy", "litellm", "onnxruntime", "pymupdf", "tree_sitter", "tiktoken",
-               "markitdown", "starlette")
+SERVER_ONLY = (
+    "numpy",
+    "litellm",
+    "onnxruntime",
+    "pymupdf",
+    "tree_sitter",
+    "tiktoken",
+    "markitdown",
+    "starlette",
+)
 
 
 def _as_server(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", SERVER_USER, "--", *cmd] if is_root() else cmd
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None,
-         timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def _run(
+    cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _ok(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, f"{proc.args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, (
+        f"{proc.args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    )
     return proc.stdout
 
 
@@ -58,8 +70,23 @@ def wheel(work: Path) -> Path:
         if (CHECKOUT / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(CHECKOUT / name, src / name)
-    _ok(_run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-              "--no-build-isolation", "--wheel-dir", str(work / "dist"), str(src)], src))
+    _ok(
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--wheel-dir",
+                str(work / "dist"),
+                str(src),
+            ],
+            src,
+        )
+    )
     (built,) = (work / "dist").glob("kbpg-*.whl")
     return built
 
@@ -70,8 +97,20 @@ def venv(work: Path, wheel: Path) -> Path:
     env_dir = work / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     _ok(_run([base, "-m", "venv", str(env_dir)], work))
-    _ok(_run([str(env_dir / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-              "--constraint", str(lock_file()), str(wheel)], work))
+    _ok(
+        _run(
+            [
+                str(env_dir / "bin" / "pip"),
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--constraint",
+                str(lock_file()),
+                str(wheel),
+            ],
+            work,
+        )
+    )
     return env_dir
 
 
@@ -85,26 +124,71 @@ def server(work: Path) -> Iterator[str]:
         folder.mkdir(mode=0o700)
         if is_root():
             shutil.chown(folder, SERVER_USER)
-    _ok(_run(_as_server([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                         "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"]), Path("/")))
+    _ok(
+        _run(
+            _as_server(
+                [
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                ]
+            ),
+            Path("/"),
+        )
+    )
     port = free_port()
     with open(data / "postgresql.conf", "a") as conf:
-        conf.write(f"port = {port}\nlisten_addresses = ''\nunix_socket_directories = '{sock}'\n"
-                   "fsync = off\n")
-    _ok(_run(_as_server([str(bindir / "pg_ctl"), "start", "-w", "-D", str(data),
-                         "-l", str(sock / "pg.log")]), Path("/")))
+        conf.write(
+            f"port = {port}\nlisten_addresses = ''\nunix_socket_directories = '{sock}'\n"
+            "fsync = off\n"
+        )
+    _ok(
+        _run(
+            _as_server(
+                [str(bindir / "pg_ctl"), "start", "-w", "-D", str(data), "-l", str(sock / "pg.log")]
+            ),
+            Path("/"),
+        )
+    )
     try:
-        _ok(_run([str(bindir / "psql"), "-h", str(sock), "-p", str(port), "-U", "postgres",
-                  "-d", "postgres", "-c", "CREATE DATABASE docs"], work))
+        _ok(
+            _run(
+                [
+                    str(bindir / "psql"),
+                    "-h",
+                    str(sock),
+                    "-p",
+                    str(port),
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                    "-c",
+                    "CREATE DATABASE docs",
+                ],
+                work,
+            )
+        )
         yield f"host={sock} port={port} dbname=docs user=postgres"
     finally:
-        _run(_as_server([str(bindir / "pg_ctl"), "stop", "-m", "immediate", "-D", str(data)]),
-             Path("/"))
+        _run(
+            _as_server([str(bindir / "pg_ctl"), "stop", "-m", "immediate", "-D", str(data)]),
+            Path("/"),
+        )
 
 
 def _kbpg(venv: Path, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PG", "KBPG_", "PYTHON", "VIRTUAL_ENV"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PG", "KBPG_", "PYTHON", "VIRTUAL_ENV"))
+    }
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
     return _run([str(venv / "bin" / "kbpg"), *args], work, env)
 
@@ -112,11 +196,29 @@ def _kbpg(venv: Path, work: Path, *args: str) -> subprocess.CompletedProcess[str
 def test_wheel_installs_into_another_postgresql(venv: Path, server: str, work: Path) -> None:
     py = str(venv / "bin" / "python")
     # The client install: the CLI and the API, not the server's stack.
-    found = _ok(_run([py, "-c", "import importlib.util as u, json; print(json.dumps("
-                      f"[m for m in {SERVER_ONLY!r} if u.find_spec(m)]))"], work))
+    found = _ok(
+        _run(
+            [
+                py,
+                "-c",
+                "import importlib.util as u, json; print(json.dumps("
+                f"[m for m in {SERVER_ONLY!r} if u.find_spec(m)]))",
+            ],
+            work,
+        )
+    )
     assert json.loads(found) == []
-    where = _ok(_run([py, "-c", "import kbpg, kbpg.resources as r; print(kbpg.__file__); "
-                      "print(r.in_checkout()); print(r.sql_dir())"], work)).split()
+    where = _ok(
+        _run(
+            [
+                py,
+                "-c",
+                "import kbpg, kbpg.resources as r; print(kbpg.__file__); "
+                "print(r.in_checkout()); print(r.sql_dir())",
+            ],
+            work,
+        )
+    ).split()
     assert not where[0].startswith(str(CHECKOUT)) and where[1] == "False"
     assert (Path(where[2]) / "400-search.sql").is_file()
 
@@ -144,14 +246,48 @@ def test_wheel_installs_into_another_postgresql(venv: Path, server: str, work: P
     )
     pdf = CHECKOUT / "data" / "sample" / "docs" / "retention-guide.pdf"
     _ok(_kbpg(venv, work, "--dsn", server, "kb", "create", "handbook"))
-    ingest = _kbpg(venv, work, "--dsn", server, "ingest", "handbook", str(work / "notes.md"),
-                   str(pdf), "--wait")
+    ingest = _kbpg(
+        venv,
+        work,
+        "--dsn",
+        server,
+        "ingest",
+        "handbook",
+        str(work / "notes.md"),
+        str(pdf),
+        "--wait",
+    )
     assert "2 added" in _ok(ingest), ingest.stdout
     assert "error" not in ingest.stdout
-    hits = json.loads(_ok(_kbpg(venv, work, "--dsn", server, "search", "handbook",
-                                "how long until an archived snapshot can be restored?",
-                                "--json")))
+    hits = json.loads(
+        _ok(
+            _kbpg(
+                venv,
+                work,
+                "--dsn",
+                server,
+                "search",
+                "handbook",
+                "how long until an archived snapshot can be restored?",
+                "--json",
+            )
+        )
+    )
     assert hits and hits[0]["title"] == "notes.md"
-    pdf_hits = json.loads(_ok(_kbpg(venv, work, "--dsn", server, "search", "handbook",
-                                    "retention", "--method", "full_text", "--json")))
+    pdf_hits = json.loads(
+        _ok(
+            _kbpg(
+                venv,
+                work,
+                "--dsn",
+                server,
+                "search",
+                "handbook",
+                "retention",
+                "--method",
+                "full_text",
+                "--json",
+            )
+        )
+    )
     assert any(h["title"] == "retention-guide.pdf" and h["page"] for h in pdf_hits)

@@ -54,8 +54,12 @@ def test_a_top_k_floor_keeps_every_tie_at_the_cut() -> None:
 
     def term(version: str, ids: list[int]) -> bm25.Postings:
         n = len(ids)
-        return bm25.postings(version, np.array(ids, dtype=np.int64), np.ones(n, dtype=np.int64),
-                             np.full(n, 10, dtype=np.int64))
+        return bm25.postings(
+            version,
+            np.array(ids, dtype=np.int64),
+            np.ones(n, dtype=np.int64),
+            np.full(n, 10, dtype=np.int64),
+        )
 
     terms = [term("a", list(range(100))), term("b", list(range(0, 40, 2))), term("c", [30, 20, 10])]
     args = (terms, [1.0, 2.0, 3.0], 1.2, 0.75, 10.0)
@@ -80,8 +84,9 @@ def _pruned_case(seed: int) -> int:
     terms = [_postings(rng, n, rng.choice([1, 1, 7])) for _ in range(rng.randint(1, 7))]
     for p in terms[: rng.randint(0, 3)]:  # a few rare terms
         keep = sorted(rng.sample(range(len(p.offsets)), max(1, len(p.offsets) // 40)))
-        terms[terms.index(p)] = bm25.postings("r", p.ids[keep], p.tf[keep].astype(np.int64),
-                                              p.dl[keep].astype(np.int64))
+        terms[terms.index(p)] = bm25.postings(
+            "r", p.ids[keep], p.tf[keep].astype(np.int64), p.dl[keep].astype(np.int64)
+        )
     idfs = [rng.uniform(0.05, 6) for _ in terms]
     k1, b, avgdl = rng.choice([(1.2, 0.75, 30.0), (0.5, 0.0, 12.5), (2.0, 1.0, 44.0)])
     ids, scores = bm25._accumulate(terms, idfs, k1, b, avgdl)
@@ -105,8 +110,12 @@ def test_pruning_reads_only_the_rare_terms_when_they_decide(
     monkeypatch.setattr(bm25, "PRUNE_MIN_POSTINGS", 0)
     rng = random.Random(3)
     common = [_postings(rng, 3000, 1) for _ in range(4)]
-    rare = bm25.postings("r", np.array([10, 20, 30], dtype=np.int64), np.full(3, 3, dtype=np.int64),
-                         np.full(3, 10, dtype=np.int64))
+    rare = bm25.postings(
+        "r",
+        np.array([10, 20, 30], dtype=np.int64),
+        np.full(3, 3, dtype=np.int64),
+        np.full(3, 10, dtype=np.int64),
+    )
     got_ids, _, read = bm25._top([*common, rare], [0.2, 0.2, 0.3, 0.3, 7.0], 1.2, 0.75, 30.0, 3)
     assert read == 1 and sorted(got_ids.tolist()) == [10, 20, 30]
 
@@ -118,8 +127,12 @@ def test_ties_at_the_cut_go_to_the_lower_chunk_id() -> None:
 
 
 def _sized(n: int, version: str) -> bm25.Postings:
-    return bm25.postings(version, np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64),
-                         np.full(n, 10, dtype=np.int64))
+    return bm25.postings(
+        version,
+        np.arange(n, dtype=np.int64),
+        np.ones(n, dtype=np.int64),
+        np.full(n, 10, dtype=np.int64),
+    )
 
 
 def test_cache_keeps_a_version_and_its_budget() -> None:
@@ -151,5 +164,7 @@ def test_packed_rows_unpack_as_sql_writes_them() -> None:
     assert p.base == 5 and p.offsets.dtype == np.int64  # 2**40 apart: no narrower type
     assert p.tf.dtype == p.dl.dtype == np.uint16
     assert p.nbytes == 2 * 8 + 2 * 2 + 2 * 2
-    assert math.isclose(float(bm25._accumulate([p], [1.0], 1.2, 0.75, 10.0)[1].sum()),
-                        sum(tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * dl / 10)) for tf, dl in [(2, 17), (1, 9)]))
+    assert math.isclose(
+        float(bm25._accumulate([p], [1.0], 1.2, 0.75, 10.0)[1].sum()),
+        sum(tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * dl / 10)) for tf, dl in [(2, 17), (1, 9)]),
+    )

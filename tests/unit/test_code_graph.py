@@ -217,7 +217,7 @@ def test_comments_and_decorators_above_a_definition_belong_to_it() -> None:
     assert chunking._with_leading_comments(src, start, src.index("@")) == src.index("@")
 
 
-SUPER_CALLS = '''
+SUPER_CALLS = """
 class Base:
     def save(self):
         return 1
@@ -243,7 +243,7 @@ class Unrelated:
 class Leaf(Exception):
     def save(self):
         return super().save()
-'''
+"""
 
 
 def test_super_calls_resolve_to_the_nearest_base() -> None:

@@ -31,7 +31,9 @@ def test_pptx_slides_are_sections_with_pages() -> None:
     out = convert.convert(of.pptx_bytes(), "deck.pptx")
     assert out.meta["slides"] == 3
     assert out.page_starts is not None and len(out.page_starts) == 3
-    slides = [out.content[a:b] for a, b in zip(out.page_starts, [*out.page_starts[1:], None], strict=True)]
+    slides = [
+        out.content[a:b] for a, b in zip(out.page_starts, [*out.page_starts[1:], None], strict=True)
+    ]
     assert slides[0].startswith("# Quarterly results\n") and "eleven percent" in slides[0]
     assert slides[1].startswith("# Hiring plan\n") and "Lisbon" in slides[1]
     # A slide without a title still starts a section, named by its number.
@@ -47,7 +49,10 @@ def test_xlsx_and_xls_sheets_become_tables() -> None:
         "| Studio | 45 | 2000 |\n\n# Contacts\n\n| Team | Email |"
     )
     xls = convert.convert(of.xls_bytes(), "stock.xls")
-    assert xls.content == "# Inventory\n\n| Item | Count |\n|---|---|\n| Widgets | 40 |\n| Gadgets | 7 |\n"
+    assert (
+        xls.content
+        == "# Inventory\n\n| Item | Count |\n|---|---|\n| Widgets | 40 |\n| Gadgets | 7 |\n"
+    )
 
 
 def test_csv_is_a_markdown_table_and_cells_are_escaped() -> None:
@@ -77,11 +82,15 @@ def test_json_flattened_to_dotted_paths() -> None:
     assert convert.flatten_json({"a b": {"": []}, "x": {}}) == ['"a b"."": []', "x: {}"]
 
 
-@given(st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=3),
-    max_leaves=20,
-))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda kids: (
+            st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=3)
+        ),
+        max_leaves=20,
+    )
+)
 @settings(max_examples=200, deadline=None)
 def test_json_flatten_keeps_every_scalar(value: object) -> None:
     lines = convert.flatten_json(value)
@@ -102,9 +111,22 @@ def test_html_is_cleaned_before_conversion() -> None:
     assert out.meta["source_title"] == "Backup guide"
     assert "# Backups" in text and "## Restore" in text
     assert "nightly backup at 02:00 UTC" in text and "kbctl restore --from latest" in text
-    for bad in ("SCRIPTTEXT", "XSS", "javascript:", "IFRAMETEXT", "NOSCRIPTTEXT", "OBJECTTEXT",
-                "steal()", "onerror", "onclick", "color: red", "<script", "<iframe",
-                "NAVTEXT", "MENUTEXT"):  # navigation is boilerplate, not content
+    for bad in (
+        "SCRIPTTEXT",
+        "XSS",
+        "javascript:",
+        "IFRAMETEXT",
+        "NOSCRIPTTEXT",
+        "OBJECTTEXT",
+        "steal()",
+        "onerror",
+        "onclick",
+        "color: red",
+        "<script",
+        "<iframe",
+        "NAVTEXT",
+        "MENUTEXT",
+    ):  # navigation is boilerplate, not content
         assert bad not in text, bad
     assert "Set shared_buffers first." in text  # identifiers keep their underscores
     assert of.PNG_DATA_URI in text  # the image stays for media extraction
@@ -136,8 +158,9 @@ def test_xss_payloads_never_reach_text(payload: str) -> None:
     out = convert.convert(html.encode(), "x.html")
     # Whatever is left is inert text: no markup that runs, no script URL, no handler.
     assert "safe words" in out.content
-    assert not re.search(r"<\s*/?\s*(script|iframe|svg|img|a|form|meta|body|object|style)\b",
-                         out.content, re.I)
+    assert not re.search(
+        r"<\s*/?\s*(script|iframe|svg|img|a|form|meta|body|object|style)\b", out.content, re.I
+    )
     assert "javascript:" not in out.content.lower() and "onerror" not in out.content
 
 
@@ -162,7 +185,11 @@ def test_format_by_extension_then_content() -> None:
 @pytest.mark.parametrize(
     ("name", "data", "message"),
     [
-        ("broken.docx", b"PK\x03\x04 this is not a zip", "not a valid DOCX file: the archive is damaged"),
+        (
+            "broken.docx",
+            b"PK\x03\x04 this is not a zip",
+            "not a valid DOCX file: the archive is damaged",
+        ),
         ("broken.xlsx", b"garbage", "not a valid XLSX file"),
         ("broken.pptx", b"", "is empty"),
         ("empty.zip.docx", None, "has no word/document.xml"),
@@ -212,14 +239,16 @@ def test_nesting_and_row_limits() -> None:
 
 
 def test_media_extraction_replaces_data_uris() -> None:
-    text = f"intro ![a]({of.PNG_DATA_URI}) and again <img src=\"{of.PNG_DATA_URI}\"> end"
+    text = f'intro ![a]({of.PNG_DATA_URI}) and again <img src="{of.PNG_DATA_URI}"> end'
     out, found = media.extract(text)
     assert len(found) == 1
     m = found[0]
     assert m.data == of.PNG and m.media_type == "image/png" and m.ref.endswith(".png")
-    assert out == f"intro ![a](kbpg-media:{m.ref}) and again <img src=\"kbpg-media:{m.ref}\"> end"
+    assert out == f'intro ![a](kbpg-media:{m.ref}) and again <img src="kbpg-media:{m.ref}"> end'
     assert media.extract("data:image/png;base64,!!!notbase64") == (
-        "data:image/png;base64,!!!notbase64", [])
+        "data:image/png;base64,!!!notbase64",
+        [],
+    )
     # The payload ends where base64 ends: the words after it stay.
     gif = media.extract("x data:image/gif;base64,R0lGODlh and more")
     assert gif[0].endswith(" and more") and gif[1][0].media_type == "image/gif"
@@ -230,7 +259,10 @@ def test_isolated_conversion_matches_in_process() -> None:
     inside = convert.convert(data, "deck.pptx")
     outside = convert.run_isolated({"file_name": "deck.pptx"}, data, Limits())
     assert (outside.content, outside.page_starts, outside.meta) == (
-        inside.content, inside.page_starts, inside.meta)
+        inside.content,
+        inside.page_starts,
+        inside.meta,
+    )
 
 
 def test_isolated_errors_and_limits() -> None:
@@ -263,7 +295,9 @@ def test_the_converters_stdout_carries_only_its_reply(tmp_path: Path) -> None:
     )
     header = json.dumps({"file_name": "a.csv", "limits": {}}).encode() + b"\n"
     proc = subprocess.run(
-        [sys.executable, "-c", noisy], input=header + b"a,b\n1,2\n", capture_output=True,
+        [sys.executable, "-c", noisy],
+        input=header + b"a,b\n1,2\n",
+        capture_output=True,
         check=True,
     )
     reply = json.loads(proc.stdout)
@@ -286,11 +320,15 @@ def test_xml_files_convert_by_what_they_hold() -> None:
     out = convert.convert(feed, "releases.xml")
     assert out.meta["file_type"] == "xml" and out.format == "rss"
     assert "## Version 2" in out.content and "Faster indexing of feeds." in out.content
-    rss = b"<rss version='2.0'><channel><title>News</title><item><title>Item one</title>" \
+    rss = (
+        b"<rss version='2.0'><channel><title>News</title><item><title>Item one</title>"
         b"<description>First item.</description></item></channel></rss>"
+    )
     assert "Item one" in convert.convert(rss, "news.xml").content
-    xhtml = b"<?xml version='1.0'?>\n<!DOCTYPE html>\n<html><body><h1>Title</h1><p>Body.</p>" \
+    xhtml = (
+        b"<?xml version='1.0'?>\n<!DOCTYPE html>\n<html><body><h1>Title</h1><p>Body.</p>"
         b"</body></html>"
+    )
     assert convert.convert(xhtml, "page.xml").content.startswith("# Title")
     config = b"<?xml version='1.0'?><project><artifactId>kbpg-demo</artifactId></project>"
     out = convert.convert(config, "pom.xml")
@@ -332,8 +370,16 @@ WIKI_LIKE = """<!DOCTYPE html><html><head><title>Zebrafish - Encyclopedia</title
 def test_html_keeps_the_main_content_without_page_furniture() -> None:
     out = convert.convert_html(WIKI_LIKE, Limits())
     text, found = media.extract(out.content)
-    for furniture in ("Jump to content", "move to sidebar", "Random article", "Deutsch",
-                      "last edited", "[edit]", "Cyprinidae", "Contents 1"):
+    for furniture in (
+        "Jump to content",
+        "move to sidebar",
+        "Random article",
+        "Deutsch",
+        "last edited",
+        "[edit]",
+        "Cyprinidae",
+        "Contents 1",
+    ):
         assert furniture not in text, furniture
     assert text.startswith("# Zebrafish")
     assert "## Habitat" in text and "rice paddies" in text and "model organism" in text

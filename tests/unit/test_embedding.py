@@ -44,7 +44,9 @@ def test_local_batches_keep_to_like_lengths_the_row_limit_and_the_word_piece_bud
 def test_vectors_embedded_ahead_are_taken_once_and_only_whole() -> None:
     cfg = IndexingConfig()
     embedding.clear_ahead()
-    assert embedding.embed_ahead(cfg, ["alpha text", "beta text", "alpha text"], [2, 2, 2], None) == 3
+    assert (
+        embedding.embed_ahead(cfg, ["alpha text", "beta text", "alpha text"], [2, 2, 2], None) == 3
+    )
     alpha = embedding.embed(cfg, ["alpha text"]).vectors[0]
     # A document whose texts are not all kept embeds on its own.
     assert embedding.take_ahead(cfg, ["alpha text", "gamma text"]) is None

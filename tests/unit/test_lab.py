@@ -15,7 +15,11 @@ def test_test_set_lines() -> None:
         ("how long are refunds?", ["Refunds"]),
         ("who approves leave?", ["Handbook › Leave", "HR"]),
     ]
-    for bad, where in [("no arrow here", "line 1"), ("q =>", "line 1"), ("ok => A\n=> B", "line 2")]:
+    for bad, where in [
+        ("no arrow here", "line 1"),
+        ("q =>", "line 1"),
+        ("ok => A\n=> B", "line 2"),
+    ]:
         with pytest.raises(LabError, match=where):
             parse_lines(bad)
     with pytest.raises(LabError, match="at least one query"):

@@ -31,9 +31,7 @@ def _raised_in_sql() -> set[str]:
 
 def _raised_in_python() -> set[str]:
     """Codes the PL/Python modules raise: literals, and sqlstates' named constants."""
-    constants = {
-        k: v for k, v in vars(sqlstates).items() if k.isupper() and isinstance(v, str)
-    }
+    constants = {k: v for k, v in vars(sqlstates).items() if k.isupper() and isinstance(v, str)}
     found = set()
     for path in PYTHON:
         if path.name == "sqlstates.py":
