@@ -101,6 +101,14 @@ class FakeProvider:
         inputs = body.get("input")
         if isinstance(inputs, str):
             inputs = [inputs]
+        with self.lock:
+            self.embed_in_flight += 1
+            self.embed_max_in_flight = max(self.embed_max_in_flight, self.embed_in_flight)
+        try:
+            time.sleep(self.embed_delay)  # a rejected request is in flight as long as any
+        finally:
+            with self.lock:
+                self.embed_in_flight -= 1
         if any(self.poison in t for t in inputs):
             handler._send(
                 400,
@@ -110,13 +118,6 @@ class FakeProvider:
         with self.lock:
             self.embedding_calls += 1
             self.embedded_texts.extend(inputs)
-            self.embed_in_flight += 1
-            self.embed_max_in_flight = max(self.embed_max_in_flight, self.embed_in_flight)
-        try:
-            time.sleep(self.embed_delay)
-        finally:
-            with self.lock:
-                self.embed_in_flight -= 1
         data = [
             {"object": "embedding", "index": i, "embedding": hashed_vector(t, self.dim)}
             for i, t in enumerate(inputs)

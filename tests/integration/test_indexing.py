@@ -153,7 +153,7 @@ def test_remote_batches_in_flight_at_once(
         embedding_concurrency=1,
     )
     text = " ".join(f"word{i}" for i in range(400))
-    provider.embed_delay = 0.3
+    provider.embed_delay = 0.5
     client.add_text("par", "long", text)
     run_worker(conn.info.dsn)
     assert provider.embed_max_in_flight == 3
@@ -253,7 +253,7 @@ def test_batched_documents_go_out_several_requests_at_once(
     remote_kb(client, conn, provider, "fan", batch_size=3, embedding_concurrency=3)
     conn.execute("ALTER DATABASE " + conn.info.dbname + " SET kb.max_attempts = 1")
     client.conn.execute("SET kb.max_attempts = 1")
-    provider.embed_delay = 0.2
+    provider.embed_delay = 0.5
     for i in range(12):
         client.add_text("fan", f"d{i}", f"document {i} text")
         if i == 5:  # the third request: bad, d6, d7
