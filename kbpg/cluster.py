@@ -47,7 +47,7 @@ def find_bindir() -> Path:
 
 
 def server_python_path() -> str:
-    """Where `make setup` puts the PL/Python dependencies for the server's Python."""
+    """Where `kbpg server-setup` puts the PL/Python dependencies for the server's Python."""
     override = os.environ.get("KBPG_PLPYTHON_DEPS")
     if override:
         return override

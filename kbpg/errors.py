@@ -81,8 +81,9 @@ class BusyError(StateError):
 
 class InstallError(KbpgError):
     """kbpg's PL/Python package is missing (KB002) or of another release than the schema
-    (KB003): run `make setup` and `kbpg migrate` from the same release, and reconnect a
-    session that was open across an upgrade."""
+    (KB003), or the server lacks what kbpg needs (`kbpg install`'s checks): run
+    `kbpg server-setup` on the database host and `kbpg install` from the same release, and
+    reconnect a session that was open across an upgrade."""
 
 
 class ClusterError(KbpgError):
