@@ -120,7 +120,8 @@ except ImportError as exc:
     plpy.error("kbpg's PL/Python package is not importable: %s" % exc,
                detail="kb.python_path is %r (kbpg_db is looked for in releases/%s/ of each "
                       "folder, then in the folder)" % (path, release),
-               hint="run `make setup`, or set kb.python_path to the folder holding kbpg_db",
+               hint="run `kbpg server-setup` as root on the database host (make setup does in a "
+                    "checkout), or set kb.python_path to the folder holding kbpg_db",
                sqlstate="KB002")
 # The version handshake: SQL from one release and Python from another must not mix.
 row = plpy.execute("SELECT version FROM kb.version")
@@ -129,7 +130,7 @@ for name, version in (("schema", row[0]["version"] if row else release), ("SQL",
         plpy.error("kbpg's %s is version %s but its PL/Python package is version %s"
                    % (name, version, kbpg_db.__version__),
                    detail="the package was loaded from %s" % os.path.dirname(kbpg_db.__file__),
-                   hint="run `make setup` (installs the package) and `kbpg migrate` from the "
+                   hint="run `kbpg server-setup` on the database host and `kbpg install` from the "
                         "same kbpg release",
                    sqlstate="KB003")
 GD["kbpg_ready"] = release

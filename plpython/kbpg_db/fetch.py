@@ -150,7 +150,7 @@ def render(url: str, limits: Limits) -> str:
     if exe is None:
         raise ConvertError(
             "cannot render the page: Chromium is not installed on the database server",
-            hint="apt-get install chromium (make setup does), or set KBPG_CHROMIUM",
+            hint="apt-get install chromium on the database host, or set KBPG_CHROMIUM",
         )
     budget_ms = int(min(limits.fetch_timeout_s / 2, 10) * 1000)
     with tempfile.TemporaryDirectory(prefix="kbpg-chromium-") as profile:

@@ -425,5 +425,5 @@ def test_version_handshake(conn: psycopg.Connection, dsn: str) -> None:
     assert (diag.message_primary or "").startswith(
         "kbpg's schema is version 0.0.1 but its PL/Python package is version"
     )
-    assert diag.message_hint and "kbpg migrate" in diag.message_hint
+    assert diag.message_hint and "kbpg install" in diag.message_hint
     assert "Traceback" not in (diag.context or "")

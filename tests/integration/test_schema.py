@@ -23,7 +23,7 @@ ALL_SQL = sorted([*sql_dir().glob("*.sql"), *migrations_dir().glob("*.sql")])
 def test_sql_files_parse(path: Path) -> None:
     statements = pglast.parse_sql(path.read_text())
     assert statements, f"{path.name} holds no statement"
-    # ... and as kbpg migrate installs them, with the generated parts filled in.
+    # ... and as kbpg install installs them, with the generated parts filled in.
     assert len(pglast.parse_sql(sqlgen.expand(path.read_text()))) == len(statements)
 
 

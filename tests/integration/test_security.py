@@ -393,7 +393,7 @@ def test_a_session_open_across_an_upgrade_is_told_to_reconnect(
         init.write_text(init.read_text().replace(f'"{__version__}"', f'"{new}"'))
         for path in [target.parent, target, *target.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
-        # ... and its SQL (`kbpg migrate` of the new release).
+        # ... and its SQL (`kbpg install` of the new release).
         monkeypatch.setattr(sqlgen, "__version__", new)
         monkeypatch.setattr(kbpg.migrate, "__version__", new)
         sqlgen.macros.cache_clear()
