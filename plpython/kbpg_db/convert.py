@@ -810,6 +810,10 @@ def _main_content(soup: Any) -> None:
             return
 
 
+_PERMALINK_MARKS = {"¶", "§", "#", "🔗", "\uf0c1"}
+_PERMALINK_CLASS = re.compile(r"(?i)\b(?:headerlink|hash-link|anchor-link|anchorjs-link)\b")
+
+
 def clean_html(html: str) -> tuple[str, str | None]:
     """The HTML without scripts, styles, frames, event handlers or javascript: links:
     dangerous elements go with their content, then bleach keeps only an allow-list of
@@ -827,6 +831,14 @@ def clean_html(html: str) -> tuple[str, str | None]:
     for el in soup.find_all(lambda t: _is_navigation(t) or _is_furniture(t)):
         if not el.decomposed:
             el.decompose()
+    # Permalink anchors ("¶" after Sphinx and MkDocs headings and definitions, "#" on
+    # GitHub and Docusaurus): a symbol linking to the element itself, which would end up
+    # in the section's name ("Basic Usage¶") and in the text.
+    for a in soup.find_all("a", href=re.compile(r"^#")):
+        if a.get_text(strip=True) in _PERMALINK_MARKS or _PERMALINK_CLASS.search(
+            " ".join(a.get("class") or [])
+        ):
+            a.decompose()
     # An admonition's title ("Note", "Warning") is a label, not a section: as a heading it
     # would take the text after the box into a section named "Note".
     for box in soup.find_all(class_=_ADMONITION):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kbpg_db import convert, media
+from kbpg_db import chunking, convert, media
 from kbpg_db.convert import ConvertError, Limits
 
 from tests import office_files as of
@@ -389,3 +389,22 @@ def test_html_keeps_the_main_content_without_page_furniture() -> None:
     # A page without a marked main part keeps all of its text but the furniture.
     plain = "<html><body><div class='sidebar'>Links</div><p>Only text.</p></body></html>"
     assert convert.convert_html(plain, Limits()).content.strip() == "Only text."
+
+
+def test_html_permalink_anchors_stay_out_of_headings_and_text() -> None:
+    page = (
+        '<h1>json<a class="headerlink" href="#module-json" title="Permalink">¶</a></h1>'
+        '<section id="basic"><h2>Basic Usage<a class="headerlink" href="#basic">¶</a></h2>'
+        '<dl><dt id="json.dump">json.dump(obj, fp)<a class="headerlink" href="#json.dump">¶</a>'
+        "</dt><dd>Serialize obj.</dd></dl>"
+        '<h3><a class="hash-link" href="#x" aria-label="Direct link"></a>Options</h3>'
+        '<h3>Limits <a href="#limits">#</a></h3><p>See <a href="#basic">Basic Usage</a>.</p>'
+        "</section>"
+    )
+    md = convert.convert_html(page, Limits()).content
+    paths = [s.heading_path for s in chunking.markdown_sections(md)]
+    assert ["json", "Basic Usage"] in paths
+    assert ["json", "Basic Usage", "Options"] in paths
+    assert ["json", "Basic Usage", "Limits"] in paths
+    assert "¶" not in md and "#x" not in md and "#limits" not in md
+    assert "[Basic Usage](#basic)" in md  # a link in the text is the text's
