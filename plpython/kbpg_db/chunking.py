@@ -46,7 +46,12 @@ HEADING_SEPARATOR = " > "
 # The most of a chunk's token budget its embedded heading path may take: a long heading
 # (a link with a long URL, in converted HTML) is cut there, never the chunk's text.
 HEADING_SHARE = 0.25
-_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)|<(?:https?|mailto):[^>]*>")
+# A link's target: <...>, or a URL (one level of parentheses inside it), then an optional
+# title in quotes or parentheses, which may hold parentheses of its own.
+_MD_LINK = re.compile(
+    r"!?\[([^\]]*)\]\((?:<[^>]*>|(?:[^()\s]|\([^()\s]*\))*)"
+    r"""(?:\s+(?:"[^"]*"|'[^']*'|\([^)]*\)))?\s*\)|<(?:https?|mailto):[^>]*>"""
+)
 
 
 def heading_text(title: str) -> str:

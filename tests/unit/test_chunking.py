@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kbpg_db import tokens
-from kbpg_db.chunking import CHUNKERS, chunk_text, markdown_sections, page_of
+from kbpg_db.chunking import CHUNKERS, chunk_text, heading_text, markdown_sections, page_of
 
 
 def test_markdown_sections_skip_fenced_code() -> None:
@@ -370,3 +370,19 @@ def test_a_long_heading_never_starves_the_chunk_budget() -> None:
     assert min(c.token_count for c in text_chunks) > 100  # 3/4 of the budget stays text
     assert chunks[0].heading_path[0].endswith("word149")  # stored whole
     assert chunks[1].embed_text.split("\n\n")[0].endswith("…")
+
+
+@pytest.mark.parametrize(
+    ("heading", "text"),
+    [
+        # Sphinx's module link: a title holding parentheses of its own.
+        (
+            '[`heapq`](#module-heapq "heapq: Heap queue (a.k.a. priority queue).") — Heaps',
+            "`heapq` — Heaps",
+        ),
+        ("[Foo](https://en.wikipedia.org/wiki/Foo_(bar)) and ![logo](a.png)", "Foo and logo"),
+        ("[a](b 'single') [c](<d e> (paren)) <https://x.y/z>", "a c"),
+    ],
+)
+def test_heading_text_keeps_link_text_only(heading: str, text: str) -> None:
+    assert heading_text(heading) == text
