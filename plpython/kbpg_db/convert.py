@@ -810,6 +810,7 @@ def _main_content(soup: Any) -> None:
             return
 
 
+_HEADING_TAG = re.compile(r"^h[1-6]$")
 _PERMALINK_MARKS = {"¶", "§", "#", "🔗", "\uf0c1"}
 _PERMALINK_CLASS = re.compile(r"(?i)\b(?:headerlink|hash-link|anchor-link|anchorjs-link)\b")
 
@@ -825,12 +826,6 @@ def clean_html(html: str) -> tuple[str, str | None]:
     title = soup.title.get_text(" ", strip=True) if soup.title else None
     for el in soup([*_DROPPED, "title", "head"]):
         el.decompose()
-    # Site navigation (prev/next bars, menus), sidebars, footers and language lists are
-    # the site's, repeated on every page, not this page's content.
-    _main_content(soup)
-    for el in soup.find_all(lambda t: _is_navigation(t) or _is_furniture(t)):
-        if not el.decomposed:
-            el.decompose()
     # Permalink anchors ("¶" after Sphinx and MkDocs headings and definitions, "#" on
     # GitHub and Docusaurus): a symbol linking to the element itself, which would end up
     # in the section's name ("Basic Usage¶") and in the text.
@@ -839,6 +834,19 @@ def clean_html(html: str) -> tuple[str, str | None]:
             " ".join(a.get("class") or [])
         ):
             a.decompose()
+    # Site navigation (prev/next bars, menus), sidebars, footers and language lists are
+    # the site's, repeated on every page, not this page's content. Inside a heading such a
+    # mark is furniture ("[edit]") unless it holds the heading's whole text (Sphinx's
+    # "toc-backref" link around a section's name): then only the link goes.
+    _main_content(soup)
+    for el in soup.find_all(lambda t: _is_navigation(t) or _is_furniture(t)):
+        if el.decomposed:
+            continue
+        head = el.find_parent(_HEADING_TAG)
+        if head is not None and el.get_text(strip=True) == head.get_text(strip=True):
+            el.unwrap()
+        else:
+            el.decompose()
     # An admonition's title ("Note", "Warning") is a label, not a section: as a heading it
     # would take the text after the box into a section named "Note".
     for box in soup.find_all(class_=_ADMONITION):

@@ -399,6 +399,8 @@ def test_html_permalink_anchors_stay_out_of_headings_and_text() -> None:
         "</dt><dd>Serialize obj.</dd></dl>"
         '<h3><a class="hash-link" href="#x" aria-label="Direct link"></a>Options</h3>'
         '<h3>Limits <a href="#limits">#</a></h3><p>See <a href="#basic">Basic Usage</a>.</p>'
+        '<h3><a class="toc-backref" href="#id1" role="doc-backlink">Coroutines</a>'
+        '<a class="headerlink" href="#coroutines">¶</a></h3><p>Async.</p>'
         "</section>"
     )
     md = convert.convert_html(page, Limits()).content
@@ -406,5 +408,7 @@ def test_html_permalink_anchors_stay_out_of_headings_and_text() -> None:
     assert ["json", "Basic Usage"] in paths
     assert ["json", "Basic Usage", "Options"] in paths
     assert ["json", "Basic Usage", "Limits"] in paths
+    # Sphinx's link from a heading back to the page's contents is not page furniture.
+    assert ["json", "Basic Usage", "Coroutines"] in paths
     assert "¶" not in md and "#x" not in md and "#limits" not in md
     assert "[Basic Usage](#basic)" in md  # a link in the text is the text's
