@@ -1,29 +1,40 @@
-"""The documentation test set is sound: every question's gold section exists in the
-converted pages, as kbpg cites sections, and holds the question's needle."""
+"""The documentation test sets are sound: every question's gold section exists in the
+converted pages, as kbpg cites sections, and holds the question's needle; the paraphrase
+set's questions carry neither their needle nor anything shaped like an identifier."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 from kbpg_db import convert
 from kbpg_db.chunking import chunk_text
 
-DATA = Path(__file__).parents[2] / "data" / "docs-pg"
+DATA = Path(__file__).parents[2] / "data"
+# snake_case, dotted.names, call(), CamelCase inside a word, --flags
+IDENTIFIER = re.compile(r"\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w")
 
 
-def test_gold_sections_exist_and_answer() -> None:
+def questions(name: str) -> list[dict]:
+    lines = (DATA / name / "questions.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("name", ["docs-pg", "docs-python"])
+def test_gold_sections_exist_and_answer(name: str) -> None:
     sections: dict[str, list[tuple[str, str]]] = {}
-    for page in sorted((DATA / "html").iterdir()):
+    for page in sorted((DATA / name / "html").iterdir()):
         text = convert.convert(page.read_bytes(), page.name).content
         sections[page.name] = [
             (" › ".join([page.name, *c.heading_path]), c.content)
             for c in chunk_text(text, "markdown_header", 200, 20)
         ]
-    questions = [json.loads(line) for line in (DATA / "questions.jsonl").read_text().splitlines()]
-    assert len(questions) >= 50
-    assert len({q["query"] for q in questions}) == len(questions)
-    for q in questions:
+    qs = questions(name)
+    assert len(qs) >= 60
+    assert len({q["query"] for q in qs}) == len(qs)
+    for q in qs:
         texts = [
             t
             for gold in q["expected"]
@@ -32,3 +43,9 @@ def test_gold_sections_exist_and_answer() -> None:
         ]
         assert texts, f"no section {q['expected']}"
         assert any(q["needle"].lower() in t.lower() for t in texts), q
+
+
+def test_paraphrased_questions_name_nothing_of_their_answer() -> None:
+    for q in questions("docs-python"):
+        assert q["needle"].lower() not in q["query"].lower(), q
+        assert not IDENTIFIER.search(q["query"]), q
