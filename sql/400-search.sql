@@ -135,6 +135,29 @@ $$;
 COMMENT ON FUNCTION kb._check_query(text) IS
   'Internal: a query every search entry point accepts (not empty, at most 32768 characters).';
 
+CREATE OR REPLACE FUNCTION kb._query_has_exact_cue(p_kb_id integer, p_ix kb.kb_index,
+                                                    p_query text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- An identifier (snake_case, dotted.name, call(, camelCase, --flag) or an acronym ...
+  SELECT p_query ~ '\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w|\m[A-Z]{2,}\M'
+  -- ... or a term in few chunks: idf at least 0.8 of the largest possible, about
+  -- chunks^0.2 chunks or fewer (5 of 3,000, 10 of 100,000).
+      OR EXISTS (
+        SELECT 1 FROM kb.term_stat ts
+        WHERE ts.kb_id = p_kb_id AND ts.index_id = p_ix.id AND ts.df > 0
+          AND ts.lexeme = ANY (kb._config_lexemes(p_ix.indexing_config, p_query))
+          AND ln(1 + (p_ix.n_chunks - ts.df + 0.5) / (ts.df + 0.5))
+              >= 0.8 * ln(greatest(p_ix.n_chunks, 2)))
+$$;
+COMMENT ON FUNCTION kb._query_has_exact_cue(integer, kb.kb_index, text) IS
+  'Internal: whether a query names something BM25 matches exactly: an identifier '
+  '(snake_case, dotted.name, call(, camelCase, --flag), an acronym, or a term found in few '
+  'chunks of the index generation (idf >= 0.8 of ln(chunks)). Hybrid search gives a query '
+  'without one plain_query_shift more vector weight.';
+
 CREATE OR REPLACE FUNCTION kb._search_core(
     p_kb_id integer, p_query text, p_overrides jsonb)
 RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
@@ -191,6 +214,16 @@ BEGIN
   v_rerank := (v_cfg->>'rerank')::boolean;
   v_ncand := (v_cfg->>'candidate_count')::integer;
   v_zscore := coalesce(v_cfg->>'fusion', 'rrf') = 'zscore';
+  -- A query in plain words leans on the vectors (plain_query_shift).
+  IF v_method = 'hybrid' AND v_w > 0 AND v_w < 1
+     AND coalesce((v_cfg->>'plain_query_shift')::double precision, 0) > 0
+     AND NOT kb._query_has_exact_cue(p_kb_id, v_ix, p_query) THEN
+    v_w := least(1, v_w + (v_cfg->>'plain_query_shift')::double precision);
+  END IF;
+  IF v_method = 'hybrid' THEN
+    v_prep.usage := coalesce(v_prep.usage, '{}')
+                    || jsonb_build_object('fusion', jsonb_build_object('vector_weight', v_w));
+  END IF;
   v_depth := CASE WHEN v_method = 'hybrid' THEN greatest((v_cfg->>'fusion_depth')::integer, v_top)
                   ELSE v_top END;
   IF v_rerank THEN
@@ -442,11 +475,14 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION kb.search IS
-  'Searches a knowledge base. method: hybrid (default; weighted RRF of vector and BM25, score '
-  'normalised so the best is 1), vector (score = cosine similarity) or full_text (score = BM25). '
+  'Searches a knowledge base. method: hybrid (default; the vector and BM25 lists fused, by '
+  'standardised scores or RRF (fusion), weighted by vector_weight, plus plain_query_shift for '
+  'a query in plain words; score normalised so the best is 1), vector (score = cosine '
+  'similarity) or full_text (score = BM25). '
   'Every retrieval_config field can be overridden by a named parameter or in options; filter '
   'keeps chunks whose document metadata contains it. note says when a channel was unavailable; '
-  'usage what the query cost (its embedding, rerank, LLM calls). On a graph_index KB the '
+  'usage what the query cost and used (its embedding, rerank, LLM calls; the vector weight '
+  'hybrid fused with). On a graph_index KB the '
   'sections the hits reference follow the hits (graph_expansion, at most expansion_limit), '
   'with score NULL and expanded_from the chunk_id of the hit that refers to them. Writes nothing.';
 

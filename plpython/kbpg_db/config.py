@@ -272,7 +272,9 @@ STRATEGIES: dict[str, StrategySpec] = {
 _TREE_FIELDS = frozenset({"max_documents", "toc_token_budget"})
 _EXPANSION_FIELDS = frozenset({"graph_expansion", "expansion_limit"})
 _GRAPH_CHANNEL_FIELDS = frozenset({"graph_weight", "graph_hops", "graph_limit"})
-_FUSION_FIELDS = frozenset({"vector_weight", "rrf_k", "fusion_depth", "fusion"})
+_FUSION_FIELDS = frozenset(
+    {"vector_weight", "rrf_k", "fusion_depth", "fusion", "plain_query_shift"}
+)
 
 
 def unused_retrieval_fields(strategy: str, indexing_config: dict[str, Any]) -> set[str]:
@@ -606,6 +608,14 @@ class RetrievalConfig(_Strict):
     # of a result (one score far above the rest) outweighs one that is not. rrf: ranks only
     # (weight / (rrf_k + rank)). zscore won on both our sets (docs/performance.md).
     fusion: Literal["zscore", "rrf"] = "zscore"
+    # hybrid: a query in plain words (no identifier, acronym, or term found in few chunks:
+    # kb.query_has_exact_cue) leans on the vectors, vector_weight + this (at most 1); BM25
+    # finds what such a query paraphrases less often than it finds a name it is given.
+    # 0 weighs every query alike. 0.2 won on the paraphrased documentation set and kept
+    # the other two (docs/performance.md).
+    plain_query_shift: float = Field(
+        0.2, ge=0.0, le=1.0, description="vector_weight added for a query in plain words"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RetrievalConfig:

@@ -172,7 +172,13 @@ def test_hybrid_is_weighted_rrf(
 ) -> None:
     build(client, conn, provider)
     rows = client.explain_search(
-        "kb1", "small cats and seeds", top_k=6, vector_weight=0.3, rrf_k=10, fusion="rrf"
+        "kb1",
+        "small cats and seeds",
+        top_k=6,
+        vector_weight=0.3,
+        rrf_k=10,
+        fusion="rrf",
+        plain_query_shift=0,
     )
     assert rows
     raw = {}
@@ -199,14 +205,16 @@ def test_bm25_only_hits_get_their_similarity(
     for every candidate: then the same rows and scores)."""
     build(client, conn, provider)
     q = "cats hunt mice seeds"
-    rows = client.explain_search("kb1", q, top_k=4, fusion_depth=1)
+    rows = client.explain_search("kb1", q, top_k=4, fusion_depth=1, plain_query_shift=0)
     assert any(r["vector_rank"] is None for r in rows)  # BM25-only hits are returned
     # Every chunk's similarity, from the vector channel itself (the corpus is small).
     exact = {r.chunk_id: r.vector_score for r in client.search("kb1", q, method="vector", top_k=50)}
     assert len(exact) == len(CORPUS)
     for r in rows:
         assert r["vector_score"] == pytest.approx(exact[r["chunk_id"]], abs=1e-6)
-    everyone = client.explain_search("kb1", q, top_k=4, fusion_depth=1, similarity_threshold=-1)
+    everyone = client.explain_search(
+        "kb1", q, top_k=4, fusion_depth=1, similarity_threshold=-1, plain_query_shift=0
+    )
     key = ("chunk_id", "final_rank", "score", "vector_rank", "vector_score", "bm25_rank")
     assert [[r[k] for k in key] for r in everyone] == [[r[k] for k in key] for r in rows]
 
@@ -216,10 +224,15 @@ def test_hybrid_zscore_fuses_standardised_scores(
 ) -> None:
     """The default fusion, recomputed from the two channels' own lists: each score as
     standard deviations above its list's mean, weighted and summed, a candidate missing
-    from a list counting as one below that list's lowest; shown as exp(z - best z)."""
+    from a list counting as one below that list's lowest; shown as exp(z - best z). The
+    query is in plain words (each of its terms is in two of the six chunks): the vector
+    weight is vector_weight + plain_query_shift."""
     build(client, conn, provider)
     query = "small cats and seeds"
-    rows = client.explain_search("kb1", query, top_k=6, vector_weight=0.3, fusion_depth=8)
+    rows = client.explain_search(
+        "kb1", query, top_k=6, vector_weight=0.1, plain_query_shift=0.2, fusion_depth=8
+    )
+    assert rows[0]["usage"]["fusion"] == {"vector_weight": pytest.approx(0.3)}
     ix = conn.execute(
         "SELECT active_index_id FROM kb.knowledge_base WHERE name = 'kb1'"
     ).fetchone()[0]
@@ -253,6 +266,35 @@ def test_hybrid_zscore_fuses_standardised_scores(
     # Pinned to rrf, the same KB ranks by ranks alone.
     rrf = client.explain_search("kb1", query, top_k=6, vector_weight=0.3, fusion="rrf")
     assert [r["fused_score"] for r in rrf] != [r["fused_score"] for r in rows]
+
+
+def test_plain_queries_lean_on_vectors(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """plain_query_shift moves weight to the vectors for a query in plain words only: not
+    for one naming an identifier, an acronym or a term found in few chunks (here in one
+    chunk of six), not when it is 0, not past 1, and not for the other methods."""
+
+    def weight(query: str, **options: Any) -> float:
+        rows = client.search("kb1", query, **options)
+        return rows[0].usage["fusion"]["vector_weight"]
+
+    build(client, conn, provider)
+    assert weight("small cats and seeds") == pytest.approx(0.7)  # defaults: 0.5 + 0.2
+    for cue in (
+        "small cats and seed_bank",  # snake_case
+        "small cats and seeds.count",  # a dotted name
+        "small cats and seeds()",  # a call
+        "small cats and seedBank",  # camelCase
+        "small cats and --seeds",  # a flag
+        "small cats and DNA seeds",  # an acronym
+        "small cats and espresso",  # a term in one chunk of six
+    ):
+        assert weight(cue) == pytest.approx(0.5), cue
+    assert weight("small cats and seeds", plain_query_shift=0) == pytest.approx(0.5)
+    assert weight("small cats", vector_weight=0.9, plain_query_shift=0.5) == pytest.approx(1.0)
+    assert weight("small cats", vector_weight=0.0) == pytest.approx(0.0)  # BM25 alone stays
+    assert "fusion" not in (client.search("kb1", "small cats", method="vector")[0].usage or {})
 
 
 def test_filters_apply_to_every_method(
