@@ -25,6 +25,7 @@ import numpy as np
 
 from kbpg.db import scalar
 from kbpg.resources import CHECKOUT as REPO_ROOT
+from kbpg.resources import repo_path
 
 SCIFACT = REPO_ROOT / "data" / "beir" / "scifact"
 GROUPS = (
@@ -1131,7 +1132,7 @@ def bench_graph(dsn: str, quick: bool) -> dict[str, Any]:
 
 
 def docs_dir(name: str = "docs-pg") -> Path:
-    return Path(__file__).resolve().parents[1] / "data" / name
+    return repo_path("data", name)
 
 
 # The documentation sets: the PostgreSQL manual with questions that mostly carry a word of
@@ -1362,6 +1363,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from kbpg.db import resolve_dsn
 
     dsn = resolve_dsn(args.dsn)
+    repo_path("data")  # the data sets: a clone of the repository has them, a wheel does not
     groups = args.only.split(",") if args.only else list(GROUPS)
     unknown = set(groups) - {*GROUPS, *ON_REQUEST}
     if unknown:
