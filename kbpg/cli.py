@@ -407,12 +407,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return run_eval(args)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from kbpg.bench import run_bench
-
-    return run_bench(args)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from kbpg.demo import run_demo
 
@@ -617,17 +611,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="one chunk per document, the model reading its start (BEIR's protocol)",
     )
     e.set_defaults(func=cmd_eval)
-
-    b = sub.add_parser("bench", help="benchmarks (quality, speed, scale)")
-    b.add_argument("--quick", action="store_true")
-    b.add_argument("--output", default="bench/results/latest.json")
-    b.add_argument(
-        "--only",
-        help="comma-separated groups: quality, bm25, hybrid, hnsw, rls, "
-        "graph, docs, codegraph, ingest, startup; and scale (the 1M-chunk point, about an "
-        "hour to build; not in the default run)",
-    )
-    b.set_defaults(func=cmd_bench)
 
     sub.add_parser("demo", help="index the sample corpus and run a few searches").set_defaults(
         func=cmd_demo

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from kbpg.bench import copy_chunks
+from bench.common import copy_chunks
 
 
 def _corpus(conn: psycopg.Connection, name: str, texts: list[str]) -> int:

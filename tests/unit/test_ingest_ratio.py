@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbpg.bench import ingest_ratio
+from bench.ingest import ingest_ratio
 
 
 def test_a_segment_is_set_against_the_mean_of_the_raw_rates_either_side() -> None:
