@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kbpg_db.config import CHUNKERS, METHODS
+from kbpg_db.config import CHUNKERS, METHODS, STRATEGIES, USAGE_MODES
 
 from kbpg.errors import KbpgError
 
@@ -196,7 +196,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_kb_create(args: argparse.Namespace) -> int:
     icfg = _json_arg(args.indexing_config, "--indexing-config") or {}
     rcfg = _json_arg(args.retrieval_config, "--retrieval-config") or {}
-    for key in ("chunker", "chunk_size", "chunk_overlap", "embedding_model"):
+    for key in ("strategy", "chunker", "chunk_size", "chunk_overlap", "embedding_model"):
         value = getattr(args, key)
         if value is not None:
             icfg[key] = value
@@ -482,6 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--indexing-config", help="JSON object")
     c.add_argument("--retrieval-config", help="JSON object")
+    c.add_argument(
+        "--strategy",
+        choices=tuple(STRATEGIES),
+        help="how documents are indexed (default chunk_embed; the others need an LLM in "
+        "--indexing-config, see docs/strategies.md)",
+    )
     c.add_argument("--chunker", choices=CHUNKERS)
     c.add_argument("--chunk-size", dest="chunk_size", type=int)
     c.add_argument("--chunk-overlap", dest="chunk_overlap", type=int)
@@ -522,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("paths", nargs="+", metavar="PATH")
     i.add_argument("--category")
     i.add_argument("--metadata", action="append", metavar="KEY=VALUE")
-    i.add_argument("--usage-mode", default="rag", choices=["rag", "system", "policy"])
+    i.add_argument("--usage-mode", default="rag", choices=USAGE_MODES)
     i.add_argument("--wait", action="store_true", help="run a worker until the queue is empty")
     i.add_argument("--concurrency", type=int, help=CONCURRENCY_HELP)
     i.set_defaults(func=cmd_ingest)

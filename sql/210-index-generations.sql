@@ -99,22 +99,16 @@ AS $$
 BEGIN
   -- Only the indexing worker gets here (a failed reindex): it owns the tables.
   EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
-  -- Strategy tables first (they reference chunks).
-  DELETE FROM kb.page_index_node WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  DELETE FROM kb.page_index_toc WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  DELETE FROM kb.graph_node WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  DELETE FROM kb.graph_entity_merge WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  DELETE FROM kb.posting WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  DELETE FROM kb.term_stat WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  DELETE FROM kb.embedding WHERE kb_id = p_kb_id AND index_id = p_index_id;
-  -- A failed generation's statistics are not kept (kb._chunk_after_delete skips them).
-  DELETE FROM kb.chunk WHERE kb_id = p_kb_id AND index_id = p_index_id;
+  -- Every table a generation fills, generated from kbpg_db.config.FEATURES: the
+  -- features' tables first (they reference chunks), then BM25, vectors and chunks. A
+  -- failed generation's statistics are not kept (kb._chunk_after_delete skips them).
+  /*@clear_index_tables*/DELETE FROM kb.chunk WHERE kb_id = p_kb_id AND index_id = p_index_id;/*@*/
   UPDATE kb.kb_index SET n_chunks = 0, total_len = 0 WHERE kb_id = p_kb_id AND id = p_index_id;
 END
 $$;
 COMMENT ON FUNCTION kb._clear_index(integer, bigint) IS
-  'Internal: removes a failed index generation''s HNSW index, chunks, vectors and BM25 data, '
-  'keeping its kb_index row and its error.';
+  'Internal: removes a failed index generation''s HNSW index, chunks, vectors, BM25 data and '
+  'strategy tables, keeping its kb_index row and its error.';
 
 CREATE OR REPLACE FUNCTION kb._drop_index(p_kb_id integer, p_index_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -5,12 +5,9 @@ CREATE OR REPLACE FUNCTION kb._graph_target_kinds(p_kind text) RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  -- The same lists as kbpg_db.code_graph.TARGET_KINDS.
+  -- Generated from kbpg_db.code_graph.TARGET_KINDS when kbpg installs this file.
   SELECT CASE p_kind
-           WHEN 'calls' THEN ARRAY['function', 'method', 'class', 'struct']
-           WHEN 'inherits' THEN ARRAY['class', 'interface', 'struct', 'trait']
-           WHEN 'implements' THEN ARRAY['interface', 'trait', 'class']
-           WHEN 'imports' THEN ARRAY['file']
+           /*@target_kinds*/WHEN 'imports' THEN ARRAY['file']/*@*/
          END
 $$;
 COMMENT ON FUNCTION kb._graph_target_kinds(text) IS
@@ -33,8 +30,8 @@ CREATE OR REPLACE FUNCTION kb._language_family(p_language text) RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT CASE WHEN p_language IN ('c', 'cpp') THEN 'c'
-              WHEN p_language IN ('javascript', 'typescript', 'tsx') THEN 'javascript'
+  -- Generated from kbpg_db.code_graph.LANGUAGE_FAMILIES when kbpg installs this file.
+  SELECT CASE /*@language_families*/WHEN p_language IN ('c', 'cpp') THEN 'c'/*@*/
               ELSE p_language END
 $$;
 COMMENT ON FUNCTION kb._language_family(text) IS

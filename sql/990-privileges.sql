@@ -7,11 +7,33 @@
 -- removed with its document or generation by ON DELETE CASCADE (which PostgreSQL runs as
 -- the tables' owner). No other role may write those tables: a raw INSERT or DELETE there
 -- is refused, so a chunk can never lack its vector, postings or statistics.
-REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON
-  kb.chunk, kb.embedding, kb.posting, kb.term_stat,
-  kb.page_index_node, kb.page_index_toc, kb.graph_index_edge, kb.doc2json_document,
-  kb.graph_node, kb.graph_edge, kb.graph_entity_merge, kb.graph_community,
-  kb.graph_community_state
+--
+-- The tables are those of kbpg_db.config.FEATURES and the searchable units (generated
+-- when kbpg installs this file), so a new feature's tables get the same rules: row-level
+-- security that shows a row to whoever may read its index generation, SELECT for every
+-- role, and no writes. A table whose policies a migration already made keeps them.
+DO $$
+DECLARE
+  t text;
+  k constant text := 'index_id = ANY ((SELECT kb._readable_indexes(current_user))::bigint[])';
+  w constant text := 'kb._can_write_index(index_id)';
+BEGIN
+  FOREACH t IN ARRAY ARRAY[/*@index_tables*/'chunk'/*@*/] LOOP
+    IF NOT (SELECT relrowsecurity FROM pg_class WHERE oid = format('kb.%I', t)::regclass) THEN
+      EXECUTE format('ALTER TABLE kb.%I ENABLE ROW LEVEL SECURITY', t);
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_policy WHERE polrelid = format('kb.%I', t)::regclass) THEN
+      EXECUTE format('CREATE POLICY readable ON kb.%I FOR SELECT USING (%s)', t, k);
+      EXECUTE format('CREATE POLICY adds ON kb.%I FOR INSERT WITH CHECK (%s)', t, w);
+      EXECUTE format('CREATE POLICY changes ON kb.%I FOR UPDATE USING (%s) WITH CHECK (%s)',
+                     t, w, w);
+      EXECUTE format('CREATE POLICY removes ON kb.%I FOR DELETE USING (%s)', t, w);
+    END IF;
+    EXECUTE format('GRANT SELECT ON kb.%I TO PUBLIC', t);
+  END LOOP;
+END
+$$;
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON /*@index_tables_qualified*/kb.chunk/*@*/
 FROM PUBLIC;
 
 -- SECURITY DEFINER trigger functions run only as their triggers; nobody calls them.

@@ -75,7 +75,10 @@ LINE_SCAN = {
 LANGUAGES = tuple(sorted(set(TREE_SITTER.values()) | set(LINE_SCAN.values())))
 DEFINITION_KINDS = ("function", "method", "class", "interface", "struct", "enum", "trait", "impl")
 CLASS_LIKE = ("class", "interface", "struct", "enum", "trait", "impl")
-# What each kind of reference may point at (kb._graph_resolved reads the same lists).
+# Languages whose files reference one another; a reference never resolves into another
+# family (kb._language_family is generated from this).
+LANGUAGE_FAMILIES = {"cpp": "c", "typescript": "javascript", "tsx": "javascript"}
+# What each kind of reference may point at (kb._graph_target_kinds is generated from this).
 TARGET_KINDS = {
     "calls": ("function", "method", "class", "struct"),
     "inherits": ("class", "interface", "struct", "trait"),
@@ -156,7 +159,7 @@ def module_key(path: str, language: str, package: str | None = None) -> str:
     if language == "rust":
         if stem.endswith(("/mod", "/lib", "/main")):
             return posixpath.dirname(stem)
-    if language in ("javascript", "typescript", "tsx") and stem.endswith("/index"):
+    if LANGUAGE_FAMILIES.get(language) == "javascript" and stem.endswith("/index"):
         return posixpath.dirname(stem)
     return stem
 

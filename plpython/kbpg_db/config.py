@@ -56,7 +56,6 @@ class _Strict(BaseModel):
 
 
 YesNo = Literal["yes", "no"]
-METHODS = ("hybrid", "vector", "full_text", "tree_search")
 CHUNKERS = (
     "markdown_header",
     "recursive",
@@ -251,23 +250,6 @@ class Doc2JsonExtra(LlmSettings):
         return parse_json_schema(self.json_schema)
 
 
-@dataclass(frozen=True)
-class StrategySpec:
-    """What a strategy serves: its retrieval methods (the first is the default) and settings."""
-
-    methods: tuple[str, ...]
-    extra: type[BaseModel]
-    uses_llm: bool
-
-
-STRATEGIES: dict[str, StrategySpec] = {
-    "chunk_embed": StrategySpec(("hybrid", "vector", "full_text"), ChunkEmbedExtra, False),
-    "page_index": StrategySpec(("tree_search",), PageIndexExtra, True),
-    "graph_index": StrategySpec(("hybrid", "vector", "full_text"), GraphIndexExtra, True),
-    "doc2json": StrategySpec(("vector",), Doc2JsonExtra, True),
-}
-
-
 # retrieval_config fields that only some knowledge bases read.
 _TREE_FIELDS = frozenset({"max_documents", "toc_token_budget"})
 _EXPANSION_FIELDS = frozenset({"graph_expansion", "expansion_limit"})
@@ -350,6 +332,77 @@ class KnowledgeGraphSettings(LlmSettings):
         return self
 
 
+@dataclass(frozen=True)
+class Feature:
+    """One indexing feature, declared once. The lists that name every feature are built
+    from these declarations: the ``strategy`` setting's values and each strategy's
+    retrieval methods (here), kb._clear_index's tables and the row-level security of the
+    feature's tables (``kbpg_db.sqlgen``, expanded when kbpg installs ``sql/``).
+
+    A new strategy is one entry in FEATURES, its module ``kbpg_db.strategies.<name>``
+    (``build``), its SQL file (``kb._store_<name>``) and a migration for its tables."""
+
+    name: str  # the strategy value; the module under kbpg_db.strategies
+    label: str  # how the docs and the Retrieval Lab name it
+    settings: type[BaseModel]  # indexing_config.extra (knowledge graph: .knowledge_graph)
+    # Its tables, each keyed by (kb_id, index_id) and readable as its index is: cleared
+    # in this order when a generation fails (a table before those it references).
+    tables: tuple[str, ...]
+    methods: tuple[str, ...] = ()  # retrieval methods, the default first; () = no strategy
+    uses_llm: bool = False  # an LLM builds its index (the knowledge graph: by its settings)
+
+
+FEATURES = (
+    Feature(
+        "chunk_embed",
+        "ChunkEmbed",
+        ChunkEmbedExtra,
+        tables=(),
+        methods=("hybrid", "vector", "full_text"),
+    ),
+    Feature(
+        "page_index",
+        "PageIndex",
+        PageIndexExtra,
+        tables=("page_index_node", "page_index_toc"),
+        methods=("tree_search",),
+        uses_llm=True,
+    ),
+    Feature(
+        "graph_index",
+        "GraphIndex",
+        GraphIndexExtra,
+        tables=("graph_index_edge",),
+        methods=("hybrid", "vector", "full_text"),
+        uses_llm=True,
+    ),
+    Feature(
+        "doc2json",
+        "Doc2JSON",
+        Doc2JsonExtra,
+        tables=("doc2json_document",),
+        methods=("vector",),
+        uses_llm=True,
+    ),
+    Feature(
+        "knowledge_graph",
+        "knowledge graph",
+        KnowledgeGraphSettings,
+        tables=(
+            "graph_community",
+            "graph_community_state",
+            "graph_entity_merge",
+            "graph_edge",
+            "graph_node",
+        ),
+    ),
+)
+# The searchable units every strategy stores (BM25, vectors, chunks), cleared last.
+SEARCH_TABLES = ("posting", "term_stat", "embedding", "chunk")
+STRATEGIES: dict[str, Feature] = {f.name: f for f in FEATURES if f.methods}
+METHODS = tuple(dict.fromkeys(m for f in FEATURES for m in f.methods))
+
+
 class IndexingConfig(_Strict):
     """How documents of a knowledge base are indexed: the strategy and its settings.
 
@@ -357,7 +410,7 @@ class IndexingConfig(_Strict):
     any strategy with vectors uses); ``extra`` holds the strategy's own settings.
     """
 
-    strategy: Literal["chunk_embed", "page_index", "graph_index", "doc2json"] = "chunk_embed"
+    strategy: Literal[tuple(STRATEGIES)] = "chunk_embed"  # type: ignore[valid-type]
     extra: dict[str, Any] = Field(default_factory=dict)
     chunker: Literal[CHUNKERS] = "markdown_header"  # type: ignore[valid-type]
     chunk_size: int = Field(200, ge=16, le=32000, description="cl100k tokens per chunk, at most")
@@ -435,10 +488,10 @@ class IndexingConfig(_Strict):
     def _check(self) -> IndexingConfig:
         spec = STRATEGIES[self.strategy]
         try:
-            extra = spec.extra.model_validate(self.extra)
+            extra = spec.settings.model_validate(self.extra)
         except ValidationError as exc:
             raise ValueError(
-                "; ".join(phrase_error(e, spec.extra, "extra.") for e in exc.errors())
+                "; ".join(phrase_error(e, spec.settings, "extra.") for e in exc.errors())
             ) from None
         # Store the completed settings (validate_assignment would re-run this validator).
         object.__setattr__(self, "extra", extra.model_dump(mode="json"))
@@ -490,7 +543,7 @@ class IndexingConfig(_Strict):
         return self
 
     @property
-    def spec(self) -> StrategySpec:
+    def spec(self) -> Feature:
         return STRATEGIES[self.strategy]
 
     @property
@@ -571,7 +624,7 @@ class RetrievalConfig(_Strict):
 
     # Field order = the order of kb.search's named parameters (generated from this model).
     top_k: int = Field(10, ge=1, le=1000)
-    method: Literal["hybrid", "vector", "full_text", "tree_search"] = "hybrid"
+    method: Literal[METHODS] = "hybrid"  # type: ignore[valid-type]
     filter: dict[str, Any] | None = None
     vector_weight: float = Field(0.5, ge=0.0, le=1.0)
     rrf_k: float = Field(60.0, gt=0.0, le=10000.0)
@@ -775,7 +828,7 @@ def merge_defaults(defaults: dict[str, Any] | None, given: dict[str, Any] | None
     if "extra" in defaults or "extra" in given:
         strategy = merged.get("strategy", "chunk_embed")
         spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
-        known = set(spec.extra.model_fields) if spec is not None else set()
+        known = set(spec.settings.model_fields) if spec is not None else set()
         extra = {k: v for k, v in dict(defaults.get("extra") or {}).items() if k in known}
         extra.update(given.get("extra") or {})
         merged["extra"] = extra
@@ -796,9 +849,9 @@ def validate_defaults(kind: str, value: dict[str, Any]) -> dict[str, Any]:
         problems: list[str] = []
         for key, item in extra.items():
             homes = [
-                (name, spec.extra)
+                (name, spec.settings)
                 for name, spec in STRATEGIES.items()
-                if key in spec.extra.model_fields
+                if key in spec.settings.model_fields
             ]
             if not homes:
                 problems.append(f'unknown field "extra.{key}" (no strategy has it)')

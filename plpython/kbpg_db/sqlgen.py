@@ -16,7 +16,7 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from kbpg_db import __version__, config, convert
+from kbpg_db import __version__, code_graph, config, convert
 
 # kb.search's parameter names where they differ from the config field (kept for callers).
 SQL_NAMES = {"bm25_k1": "k1", "bm25_b": "b"}
@@ -85,6 +85,37 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
+def index_tables() -> tuple[str, ...]:
+    """Every table that holds what an index generation built, keyed by (kb_id, index_id):
+    the features' own tables (in their clearing order), then the searchable units."""
+    return (*(t for f in config.FEATURES for t in f.tables), *config.SEARCH_TABLES)
+
+
+def _clear_index_body() -> str:
+    return "\n  ".join(
+        f"DELETE FROM kb.{t} WHERE kb_id = p_kb_id AND index_id = p_index_id;"
+        for t in index_tables()
+    )
+
+
+def _case_arms(mapping: dict[str, tuple[str, ...]], value: str) -> str:
+    """``WHEN 'key' THEN <value>`` per entry (value formats the entry's tuple)."""
+    arms = []
+    for key, values in mapping.items():
+        arms.append(f"WHEN '{key}' THEN " + value.format(_quoted(values)))
+    return "\n           ".join(arms)
+
+
+def _family_arms() -> str:
+    families: dict[str, list[str]] = {}
+    for language, family in code_graph.LANGUAGE_FAMILIES.items():
+        families.setdefault(family, [family]).append(language)
+    return "\n              ".join(
+        f"WHEN p_language IN ({_quoted(tuple(langs))}) THEN '{family}'"
+        for family, langs in families.items()
+    )
+
+
 @lru_cache(maxsize=1)
 def macros() -> dict[str, str]:
     params = retrieval_parameters()
@@ -93,6 +124,14 @@ def macros() -> dict[str, str]:
         "retrieval_object": ", ".join(f"'{f}', {p}" for p, f, _ in params),
         "max_document_bytes": str(config.MAX_DOCUMENT_BYTES),
         "usage_modes": _quoted(config.USAGE_MODES),
+        # Generated from config.FEATURES: what a failed generation's clean-up deletes,
+        # and the tables whose rows only kbpg's worker writes, readable as their index.
+        "clear_index_tables": _clear_index_body(),
+        "index_tables": _quoted(index_tables()),
+        "index_tables_qualified": ", ".join(f"kb.{t}" for t in index_tables()),
+        # kbpg_db.code_graph's vocabularies, read by reference resolution in SQL.
+        "target_kinds": _case_arms(code_graph.TARGET_KINDS, "ARRAY[{}]"),
+        "language_families": _family_arms(),
         "file_suffixes": convert.supported(),
         "reraise_expected": RERAISE_EXPECTED,
         # The release the SQL was installed from: a PL/Python body whose session loaded

@@ -294,3 +294,66 @@ def test_readme_distributes_exactly_the_per_kb_tables(conn: psycopg.Connection) 
     assert reference == REFERENCE_TABLES
     assert distributed == tables - REFERENCE_TABLES
     assert "DROP CONSTRAINT knowledge_base_active_index_fk" in readme
+
+
+def test_every_generation_table_is_declared_by_one_feature(conn: psycopg.Connection) -> None:
+    """kb._clear_index, the write lock-down and the row-level security of what a
+    generation builds are generated from config.FEATURES: a table that holds a
+    generation's rows and no feature declares would escape all three."""
+    from kbpg_db import config
+
+    declared = sqlgen.index_tables()
+    assert len(declared) == len(set(declared)), "a table declared twice"
+    built = {
+        r[0]
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
+            "WHERE c.relnamespace = 'kb'::regnamespace AND c.relkind = 'r' "
+            "AND a.attname = 'index_id' AND NOT a.attisdropped"
+        )
+    }
+    # A job names the generation it builds; it is the queue, not part of the index.
+    assert built - {"job"} == set(declared)
+    assert set(config.SEARCH_TABLES) <= set(declared)
+    clear = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = '_clear_index'").fetchone()[0]
+    for table in declared:
+        assert f"DELETE FROM kb.{table} WHERE" in clear, table
+
+
+def test_generation_tables_are_readable_as_their_index_and_written_by_kbpg_only(
+    conn: psycopg.Connection,
+) -> None:
+    rows = conn.execute(
+        "SELECT c.relname, c.relrowsecurity, "
+        "array_agg(p.polcmd::text ORDER BY p.polcmd) FILTER (WHERE p.polname IS NOT NULL), "
+        "has_table_privilege('public', c.oid, 'SELECT'), "
+        "has_table_privilege('public', c.oid, 'INSERT'), "
+        "has_table_privilege('public', c.oid, 'DELETE') "
+        "FROM pg_class c LEFT JOIN pg_policy p ON p.polrelid = c.oid "
+        "WHERE c.relnamespace = 'kb'::regnamespace AND c.relname = ANY (%s) "
+        "GROUP BY c.oid, c.relname, c.relrowsecurity",
+        (list(sqlgen.index_tables()),),
+    ).fetchall()
+    assert len(rows) == len(sqlgen.index_tables())
+    for name, rls, commands, select, insert, delete in rows:
+        assert rls, f"{name}: row-level security is off"
+        assert sorted(commands) == ["a", "d", "r", "w"], f"{name}: policies {commands}"
+        assert (select, insert, delete) == (True, False, False), name
+
+
+def test_job_outcomes_match_the_worker(conn: psycopg.Connection) -> None:
+    from kbpg.worker import Outcome
+
+    values = conn.execute("SELECT enum_range(NULL::kb.job_outcome)::text[]").fetchone()[0]
+    assert values == [o.value for o in Outcome]
+
+
+def test_code_graph_vocabularies_match_their_sql(conn: psycopg.Connection) -> None:
+    from kbpg_db import code_graph
+
+    for kind, targets in code_graph.TARGET_KINDS.items():
+        got = conn.execute("SELECT kb._graph_target_kinds(%s)", (kind,)).fetchone()[0]
+        assert tuple(got) == targets, kind
+    for language in code_graph.LANGUAGES:
+        family = conn.execute("SELECT kb._language_family(%s)", (language,)).fetchone()[0]
+        assert family == code_graph.LANGUAGE_FAMILIES.get(language, language), language
