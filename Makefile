@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kbpg-installed
 LOCK := kbpg/requirements.lock
 PIP := $(BIN)/pip install -q --disable-pip-version-check --constraint $(LOCK)
 
-.PHONY: help setup demo test test-fast test-unit bench bench-quick lint format lock minilm-graph clean
+.PHONY: help setup demo test test-fast test-unit bench bench-quick lint format docs lock minilm-graph clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ lint: $(STAMP) ## ruff (lint and format check) and mypy
 	$(BIN)/ruff check kbpg plpython bench tests
 	$(BIN)/ruff format --check kbpg plpython bench tests
 	$(BIN)/mypy
+
+docs: $(STAMP) ## regenerate the settings reference in docs/configuration.md from the models
+	PYTHONPATH=plpython $(BIN)/python -m kbpg_db.configdoc docs/configuration.md
 
 format: $(STAMP) ## format the code (ruff format)
 	$(BIN)/ruff format kbpg plpython bench tests

@@ -75,13 +75,29 @@ class LlmSettings(_Strict):
     Keys come from the session setting ``kb.<api_key_name>`` or the server's environment.
     """
 
-    model: str | None = Field(None, min_length=1, max_length=200)
-    api_base: str | None = Field(None, max_length=2000)
-    api_key_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="a litellm chat model (openai/gpt-4o-mini, anthropic/..., ollama/...), "
+        "or openai/<name> with api_base for any OpenAI-compatible server; unset: the steps "
+        "that need a model fall back to rules where the feature has them",
+    )
+    api_base: str | None = Field(
+        None, max_length=2000, description="the endpoint's URL, for a self-hosted model"
+    )
+    api_key_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the key's name: read from the setting kb.<name>, else the server's "
+        "environment variable <name> (default: the provider's, e.g. OPENAI_API_KEY)",
+    )
     llm_concurrency: int = Field(7, ge=1, le=64, description="LLM calls in flight per endpoint")
-    request_timeout_s: float = Field(120.0, gt=0, le=3600)
-    max_retries: int = Field(5, ge=0, le=20)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    request_timeout_s: float = Field(120.0, gt=0, le=3600, description="seconds per LLM call")
+    max_retries: int = Field(
+        5, ge=0, le=20, description="retries of a rate-limited, timed-out or 5xx call, backing off"
+    )
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="the model's sampling temperature")
 
 
 class ChunkEmbedExtra(_Strict):
@@ -91,8 +107,14 @@ class ChunkEmbedExtra(_Strict):
 class PageIndexExtra(LlmSettings):
     """PageIndex: a document's heading tree with per-node summaries."""
 
-    if_add_node_summary: YesNo = "yes"
-    if_add_doc_description: YesNo = "yes"
+    if_add_node_summary: YesNo = Field(
+        "yes",
+        description="summarise each node (short nodes keep their text; without a model, the "
+        "section's lead text)",
+    )
+    if_add_doc_description: YesNo = Field(
+        "yes", description="a one-paragraph description of each document for tree search"
+    )
     max_token_num_each_node: int = Field(
         20000, ge=50, le=1_000_000, description="a leaf over this many tokens is split"
     )
@@ -126,7 +148,9 @@ class GraphIndexExtra(PageIndexExtra):
     enrichment_model: str | None = Field(
         None, min_length=1, max_length=200, description="the LLM for references; default model"
     )
-    max_references_per_node: int = Field(20, ge=1, le=200)
+    max_references_per_node: int = Field(
+        20, ge=1, le=200, description="references kept from one section, at most"
+    )
 
 
 FIELD_TYPES = ("string", "number", "integer", "boolean", "array", "object")
@@ -226,7 +250,11 @@ class Doc2JsonExtra(LlmSettings):
     json_schema: dict[str, Any] = Field(
         ..., description='{"fields": [{"name", "type", "description", "examples", ...}]}'
     )
-    mode: Literal["text", "image"] = "text"
+    mode: Literal["text", "image"] = Field(
+        "text",
+        description="text: the model reads the document's text in windows; image: a PDF's "
+        "pages as images (a vision model), for scans and forms",
+    )
     extraction_model: str | None = Field(
         None, min_length=1, max_length=200, description="the LLM for extraction; default model"
     )
@@ -287,7 +315,7 @@ class KnowledgeGraphSettings(LlmSettings):
     kb.graph_edge, read by the graph SQL functions and by search's graph channel. The LLM
     settings (``model``, ``api_base``, ...) serve the triplet graph."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="build the knowledge graph (a reindex to change)")
     graphs: list[Literal[GRAPHS]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: ["document", "heading", "code"],
         min_length=1,
@@ -296,7 +324,9 @@ class KnowledgeGraphSettings(LlmSettings):
         "a source file's definitions with calls, imports, inherits and implements; "
         "triplets: (subject, predicate, object) from each chunk by the LLM",
     )
-    max_triplets_per_chunk: int = Field(20, ge=1, le=200)
+    max_triplets_per_chunk: int = Field(
+        20, ge=1, le=200, description="triplets graph: facts kept from one chunk, at most"
+    )
     entity_merge: Literal["rules", "llm"] = Field(
         "rules",
         description="candidate duplicate entities (the same name with another type, similar "
@@ -410,9 +440,15 @@ class IndexingConfig(_Strict):
     any strategy with vectors uses); ``extra`` holds the strategy's own settings.
     """
 
-    strategy: Literal[tuple(STRATEGIES)] = "chunk_embed"  # type: ignore[valid-type]
-    extra: dict[str, Any] = Field(default_factory=dict)
-    chunker: Literal[CHUNKERS] = "markdown_header"  # type: ignore[valid-type]
+    strategy: Literal[tuple(STRATEGIES)] = Field(  # type: ignore[valid-type]
+        "chunk_embed", description="how documents are indexed (docs/strategies.md)"
+    )
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="the strategy's own settings (tables below)"
+    )
+    chunker: Literal[CHUNKERS] = Field(  # type: ignore[valid-type]
+        "markdown_header", description="how text is split into chunks (Chunkers, below)"
+    )
     chunk_size: int = Field(200, ge=16, le=32000, description="cl100k tokens per chunk, at most")
     chunk_overlap: int = Field(20, ge=0, description="cl100k tokens shared by neighbours")
     chunk_unit: Literal["tokens", "characters"] = Field(
@@ -458,10 +494,26 @@ class IndexingConfig(_Strict):
         "at their definitions: a function, class or method per chunk where it fits",
     )
     knowledge_graph: KnowledgeGraphSettings = Field(
-        default_factory=lambda: KnowledgeGraphSettings.model_validate({})
+        default_factory=lambda: KnowledgeGraphSettings.model_validate({}),
+        description="the knowledge-graph index beside vectors and BM25 (ChunkEmbed only; "
+        "its settings below, docs/knowledge-graph.md)",
     )
-    embedding_model: str = Field(LOCAL_MODEL, min_length=1, max_length=200)
-    embedding_dimensions: int | None = Field(None, ge=1, le=16000)
+    embedding_model: str = Field(
+        LOCAL_MODEL,
+        min_length=1,
+        max_length=200,
+        description=f"{LOCAL_MODEL} (offline, in the server), {MULTILINGUAL_MODEL} "
+        "(offline, for Chinese, Japanese and ~100 other languages; several times slower), "
+        "or any litellm embedding model (openai/text-embedding-3-small, "
+        "cohere/embed-english-v3.0, voyage/voyage-3, ...; openai/<name> with api_base)",
+    )
+    embedding_dimensions: int | None = Field(
+        None,
+        ge=1,
+        le=16000,
+        description="the vector size: required for a model kbpg does not know; above 2000 "
+        "the HNSW index uses halfvec",
+    )
     max_input_tokens: int | None = Field(
         None, ge=16, description="longest chunk the model takes (cl100k); known models know it"
     )
@@ -471,18 +523,35 @@ class IndexingConfig(_Strict):
     truncate_for_embedding: bool = Field(
         False, description="allow chunks longer than the model input; the model reads the start"
     )
-    api_base: str | None = Field(None, max_length=2000)
-    api_key_name: str | None = Field(
-        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="env var / kb.<name> setting"
+    api_base: str | None = Field(
+        None, max_length=2000, description="the embedding endpoint's URL, when self-hosted"
     )
-    batch_tokens: int = Field(250_000, ge=100, le=2_000_000)
-    batch_size: int = Field(64, ge=1, le=4096)
-    # Remote providers: batches of one document in flight at once (embedded in
-    # parallel); the local model uses the server's cores instead.
-    embedding_concurrency: int = Field(4, ge=1, le=32)
-    max_retries: int = Field(5, ge=0, le=20)
-    request_timeout_s: float = Field(60.0, gt=0, le=3600)
-    text_search_config: str = Field("english", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+    api_key_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the key's name: read from the setting kb.<name>, else the server's "
+        "environment variable <name> (default: the provider's)",
+    )
+    batch_tokens: int = Field(
+        250_000, ge=100, le=2_000_000, description="tokens per embedding request, at most"
+    )
+    batch_size: int = Field(64, ge=1, le=4096, description="chunks per embedding request")
+    # The local model uses the server's cores instead.
+    embedding_concurrency: int = Field(
+        4,
+        ge=1,
+        le=32,
+        description="a remote provider gets up to this many of one document's batches at once",
+    )
+    max_retries: int = Field(
+        5, ge=0, le=20, description="retries of a rate-limited, timed-out or 5xx request"
+    )
+    request_timeout_s: float = Field(60.0, gt=0, le=3600, description="seconds per request")
+    text_search_config: str = Field(
+        "english",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$",
+        description="the PostgreSQL text search configuration BM25 stems and stops words with",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> IndexingConfig:
@@ -623,46 +692,87 @@ class RetrievalConfig(_Strict):
     """Defaults for ``kb.search``; every field can be overridden per call."""
 
     # Field order = the order of kb.search's named parameters (generated from this model).
-    top_k: int = Field(10, ge=1, le=1000)
-    method: Literal[METHODS] = "hybrid"  # type: ignore[valid-type]
-    filter: dict[str, Any] | None = None
-    vector_weight: float = Field(0.5, ge=0.0, le=1.0)
-    rrf_k: float = Field(60.0, gt=0.0, le=10000.0)
+    top_k: int = Field(10, ge=1, le=1000, description="results returned")
+    method: Literal[METHODS] = Field(  # type: ignore[valid-type]
+        "hybrid", description="the strategy's first method unless set (docs/strategies.md)"
+    )
+    filter: dict[str, Any] | None = Field(
+        None, description="a JSON object the document metadata must contain (jsonb @>)"
+    )
+    vector_weight: float = Field(
+        0.5, ge=0.0, le=1.0, description="hybrid: the vector list's weight; BM25's is 1 - it"
+    )
+    rrf_k: float = Field(60.0, gt=0.0, le=10000.0, description="fusion rrf: weight / (k + rank)")
     fusion_depth: int = Field(100, ge=1, le=10000, description="candidates from each channel")
-    similarity_threshold: float | None = Field(None, ge=-1.0, le=1.0)
-    rerank: bool = False
+    similarity_threshold: float | None = Field(
+        None, ge=-1.0, le=1.0, description="vector: drop results below this cosine similarity"
+    )
+    rerank: bool = Field(False, description="rerank the candidates with rerank_model")
     candidate_count: int = Field(20, ge=1, le=1000, description="candidates the reranker sees")
-    rerank_threshold: float | None = None
-    bm25_k1: float = Field(1.2, ge=0.0, le=10.0)
-    bm25_b: float = Field(0.75, ge=0.0, le=1.0)
+    rerank_threshold: float | None = Field(
+        None, description="drop reranked results scoring below this"
+    )
+    bm25_k1: float = Field(1.2, ge=0.0, le=10.0, description="BM25 term-frequency saturation")
+    bm25_b: float = Field(0.75, ge=0.0, le=1.0, description="BM25 length normalisation")
     # None: by the index generation's graph (kb._hnsw_default_ef): 100 on graphs built
     # with ef_construction 256 (kbpg 0.2 on), whose recall@10 at 100 (0.992-0.999 on the
     # synthetic 100k set of `make bench`, filtered or not) is above older graphs' at 200,
     # for ~10% less time; 200 on graphs built before, which need it.
-    ef_search: int | None = Field(None, ge=1, le=1000)
-    rerank_model: str | None = Field(None, max_length=2000)
-    rerank_api_base: str | None = Field(None, max_length=2000)
-    rerank_api_key_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    ef_search: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="HNSW candidate list; unset: 100 on graphs built by kbpg 0.2 on, 200 before",
+    )
+    rerank_model: str | None = Field(
+        None,
+        max_length=2000,
+        description="onnx:/path/model.onnx (a local cross-encoder, tokenizer.json beside it) "
+        "or a litellm rerank model (cohere/rerank-english-v3.0, voyage/rerank-2, ...)",
+    )
+    rerank_api_base: str | None = Field(
+        None, max_length=2000, description="the rerank endpoint's URL, when self-hosted"
+    )
+    rerank_api_key_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the rerank key's name (setting kb.<name>, else environment)",
+    )
     # tree_search (PageIndex): documents picked in phase 1; the ToC tokens phase 2 may show
     # before BM25 pre-selects sections.
-    max_documents: int = Field(5, ge=1, le=100)
-    toc_token_budget: int = Field(8000, ge=200, le=1_000_000)
+    max_documents: int = Field(
+        5, ge=1, le=100, description="tree_search: documents the first phase picks"
+    )
+    toc_token_budget: int = Field(
+        8000,
+        ge=200,
+        le=1_000_000,
+        description="tree_search: table-of-contents tokens shown before BM25 pre-selects",
+    )
     # graph_index: after ranking, add the sections the hits reference (first degree).
-    graph_expansion: bool = True
+    graph_expansion: bool = Field(
+        True, description="graph_index: add the sections the results reference"
+    )
     expansion_limit: int = Field(5, ge=0, le=100, description="expanded sections, at most")
     # knowledge_graph KBs, hybrid: the graph channel's weight in the fusion (0 turns it
     # off), the hops it walks from the vertices the query names, the vertices it reaches.
-    graph_weight: float = Field(0.5, ge=0.0, le=1.0)
-    graph_hops: int = Field(1, ge=0, le=3)
+    graph_weight: float = Field(
+        0.5, ge=0.0, le=1.0, description="knowledge graph: the graph channel's weight (0: off)"
+    )
+    graph_hops: int = Field(
+        1, ge=0, le=3, description="knowledge graph: hops from the vertices the query names"
+    )
     graph_limit: int = Field(50, ge=1, le=1000, description="graph channel vertices, at most")
     # hybrid: how the lists are fused. zscore: each list's scores as standard deviations
     # above its mean, weighted (vector_weight, 1 - that, graph_weight) and summed, a
     # candidate missing from a list counting as 1 below that list's lowest; a channel sure
     # of a result (one score far above the rest) outweighs one that is not. rrf: ranks only
     # (weight / (rrf_k + rank)). zscore won on both our sets (docs/performance.md).
-    fusion: Literal["zscore", "rrf"] = "zscore"
+    fusion: Literal["zscore", "rrf"] = Field(
+        "zscore", description="hybrid: z-scores, weighted and summed, or ranks only (rrf)"
+    )
     # hybrid: a query in plain words (no identifier, acronym, or term found in few chunks:
-    # kb.query_has_exact_cue) leans on the vectors, vector_weight + this (at most 1); BM25
+    # kb._query_has_exact_cue) leans on the vectors, vector_weight + this (at most 1); BM25
     # finds what such a query paraphrases less often than it finds a name it is given.
     # 0 weighs every query alike. 0.2 won on the paraphrased documentation set and kept
     # the other two (docs/performance.md).
