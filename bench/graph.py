@@ -76,7 +76,7 @@ def bench_graph(dsn: str, quick: bool) -> dict[str, Any]:
     runs_for = [
         ("chunk_embed", "hybrid", {}),
         ("chunk_embed", "full_text", {}),
-        ("graph_index", "hybrid", {"graph_expansion": False}),
+        ("graph_index", "hybrid", {"reference_expansion": False}),
         ("graph_index", "hybrid", {}),
         ("graph_index", "full_text", {}),
     ]

@@ -1,4 +1,4 @@
--- GraphIndex's edges: the PageIndex tree (kb._store_page_index) plus the cross-references
+-- GraphIndex's references: the PageIndex tree (kb._store_page_index) plus the cross-references
 -- between its sections. kb._search_core adds the sections the hits reference.
 
 CREATE OR REPLACE FUNCTION kb._store_graph_index(p_kb_id integer, p_index_id bigint,
@@ -12,7 +12,7 @@ BEGIN
   -- The document's old edges went with its old chunks (ON DELETE CASCADE).
   PERFORM kb._store_page_index(p_kb_id, p_index_id, p_document_id, p_artifacts - 'edges',
                                p_chunk_ids);
-  INSERT INTO kb.graph_index_edge (index_id, kb_id, document_id, source_chunk_id,
+  INSERT INTO kb.graph_index_reference (index_id, kb_id, document_id, source_chunk_id,
                                    target_chunk_id, ordinal, kind, phrase, resolved_by)
   SELECT p_index_id, p_kb_id, p_document_id, (p_chunk_ids->>(e->>'source'))::bigint,
          (p_chunk_ids->>(e->>'target'))::bigint, i::integer, e->>'kind', e->>'phrase',
@@ -23,22 +23,22 @@ $$;
 COMMENT ON FUNCTION kb._store_graph_index(integer, bigint, bigint, jsonb, jsonb) IS
   'Internal: writes one document''s GraphIndex tree and cross-references for an index generation.';
 
-CREATE OR REPLACE VIEW kb.graph_index_edges WITH (security_invoker = true) AS
+CREATE OR REPLACE VIEW kb.graph_index_references WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.title AS document, e.document_id, s.heading_path AS source_path,
          t.heading_path AS target_path, e.kind, e.phrase, e.resolved_by,
          sn.node_id AS source_node_id, tn.node_id AS target_node_id,
          e.source_chunk_id, e.target_chunk_id, e.kb_id
-  FROM kb.graph_index_edge e
+  FROM kb.graph_index_reference e
   JOIN kb.knowledge_base k ON k.id = e.kb_id AND k.active_index_id = e.index_id
   JOIN kb.document d ON d.kb_id = e.kb_id AND d.id = e.document_id
   JOIN kb.chunk s ON s.kb_id = e.kb_id AND s.id = e.source_chunk_id
   JOIN kb.chunk t ON t.kb_id = e.kb_id AND t.id = e.target_chunk_id
   LEFT JOIN kb.page_index_node sn ON sn.kb_id = e.kb_id AND sn.chunk_id = e.source_chunk_id
   LEFT JOIN kb.page_index_node tn ON tn.kb_id = e.kb_id AND tn.chunk_id = e.target_chunk_id;
-COMMENT ON VIEW kb.graph_index_edges IS
+COMMENT ON VIEW kb.graph_index_references IS
   'The serving GraphIndex cross-references of every KB: which section refers to which, how, '
   'in what words, and whether a rule or the LLM resolved it.';
-GRANT SELECT ON kb.graph_index_edges TO PUBLIC;
+GRANT SELECT ON kb.graph_index_references TO PUBLIC;
 
 CREATE OR REPLACE VIEW kb.graph_index_documents WITH (security_invoker = true) AS
   SELECT k.name AS kb, d.title AS document, t.document_id, t.node_count,

@@ -360,7 +360,7 @@ BEGIN
   -- GraphIndex: the sections the hits reference (first degree), after the hits, in the
   -- order of the hit that refers to them; each names that hit and the reference.
   IF v_ix.indexing_config->>'strategy' = 'graph_index' AND cardinality(v_rows) > 0
-     AND (v_cfg->>'graph_expansion')::boolean AND (v_cfg->>'expansion_limit')::integer > 0 THEN
+     AND (v_cfg->>'reference_expansion')::boolean AND (v_cfg->>'expansion_limit')::integer > 0 THEN
     -- The hits returned above, in their order.
     v_hits := ARRAY(SELECT x.chunk_id FROM unnest(v_rows) x
                     ORDER BY coalesce(x.rerank_rank, x.fused_rank) LIMIT v_top);
@@ -369,7 +369,7 @@ BEGIN
       SELECT e.target_chunk_id, h.chunk_id AS via, h.fr, e.ordinal, e.kind, e.phrase,
              row_number() OVER (PARTITION BY e.target_chunk_id ORDER BY h.fr, e.ordinal) AS k
       FROM unnest(v_hits) WITH ORDINALITY AS h(chunk_id, fr)
-      JOIN kb.graph_index_edge e ON e.source_chunk_id = h.chunk_id AND e.kb_id = p_kb_id
+      JOIN kb.graph_index_reference e ON e.source_chunk_id = h.chunk_id AND e.kb_id = p_kb_id
       WHERE e.target_chunk_id <> ALL (v_hits)
     )
     SELECT c.target_chunk_id,
@@ -483,7 +483,7 @@ COMMENT ON FUNCTION kb.search IS
   'keeps chunks whose document metadata contains it. note says when a channel was unavailable; '
   'usage what the query cost and used (its embedding, rerank, LLM calls; the vector weight '
   'hybrid fused with). On a graph_index KB the '
-  'sections the hits reference follow the hits (graph_expansion, at most expansion_limit), '
+  'sections the hits reference follow the hits (reference_expansion, at most expansion_limit), '
   'with score NULL and expanded_from the chunk_id of the hit that refers to them. Writes nothing.';
 
 CREATE OR REPLACE FUNCTION kb.explain_search(

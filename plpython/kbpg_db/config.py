@@ -280,7 +280,7 @@ class Doc2JsonExtra(LlmSettings):
 
 # retrieval_config fields that only some knowledge bases read.
 _TREE_FIELDS = frozenset({"max_documents", "toc_token_budget"})
-_EXPANSION_FIELDS = frozenset({"graph_expansion", "expansion_limit"})
+_EXPANSION_FIELDS = frozenset({"reference_expansion", "expansion_limit"})
 _GRAPH_CHANNEL_FIELDS = frozenset({"graph_weight", "graph_hops", "graph_limit"})
 _FUSION_FIELDS = frozenset(
     {"vector_weight", "rrf_k", "fusion_depth", "fusion", "plain_query_shift"}
@@ -402,7 +402,7 @@ FEATURES = (
         "graph_index",
         "GraphIndex",
         GraphIndexExtra,
-        tables=("graph_index_edge",),
+        tables=("graph_index_reference",),
         methods=("hybrid", "vector", "full_text"),
         uses_llm=True,
     ),
@@ -750,7 +750,7 @@ class RetrievalConfig(_Strict):
         description="tree_search: table-of-contents tokens shown before BM25 pre-selects",
     )
     # graph_index: after ranking, add the sections the hits reference (first degree).
-    graph_expansion: bool = Field(
+    reference_expansion: bool = Field(
         True, description="graph_index: add the sections the results reference"
     )
     expansion_limit: int = Field(5, ge=0, le=100, description="expanded sections, at most")
@@ -812,6 +812,10 @@ def _got(value: Any) -> str:
     return json.dumps(value, default=str)[:80]
 
 
+# Settings that were renamed: the old name's error names the new one.
+RENAMED = {"graph_expansion": "reference_expansion"}
+
+
 def phrase_error(err: Any, model: type[BaseModel] | None = None, prefix: str = "") -> str:
     """One pydantic error as a sentence that names the field and the value given."""
     loc = [str(p) for p in err["loc"]]
@@ -834,6 +838,8 @@ def phrase_error(err: Any, model: type[BaseModel] | None = None, prefix: str = "
         expected = str(err.get("ctx", {}).get("expected", "")).replace("'", "")
         return f'unknown {field} "{err.get("input")}" (expected {expected})'
     if kind == "extra_forbidden":
+        if loc[-1] in RENAMED:
+            return f'"{field}" is now called "{prefix + RENAMED[loc[-1]]}"'
         return f'unknown field "{field}"'
     if kind == "missing":
         return f"{field} is required"

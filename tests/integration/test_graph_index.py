@@ -79,7 +79,7 @@ def references_chat(body: dict[str, Any]) -> str:
 def edges(conn: psycopg.Connection, kb: str = "g") -> list[tuple[str, str, str, str, str]]:
     rows = conn.execute(
         "SELECT source_path[1], target_path[1], kind, phrase, resolved_by "
-        "FROM kb.graph_index_edges WHERE kb = %s ORDER BY 1, 2",
+        "FROM kb.graph_index_references WHERE kb = %s ORDER BY 1, 2",
         (kb,),
     ).fetchall()
     return [tuple(r) for r in rows]
@@ -109,11 +109,11 @@ def test_explicit_references_resolve_without_an_llm(
     texts = [t for t in provider.embedded_texts if t.startswith("1 Overview")]
     assert texts and "References: 3 Limits; 4 Retry policy" in texts[-1]
     query = "account sends 100 requests per minute"
-    hits = client.search("g", query, method="full_text", graph_expansion=False)
+    hits = client.search("g", query, method="full_text", reference_expansion=False)
     assert hits[0].heading_path == ["3 Limits"]
     # (The fake provider's 16-dimension hashed vectors collide: the section is near the top.)
     for method in ("vector", "hybrid"):
-        hits = client.search("g", query, method=method, graph_expansion=False)
+        hits = client.search("g", query, method=method, reference_expansion=False)
         top = [h for h in hits[:3] if h.heading_path == ["3 Limits"]]
         assert top and top[0].vector_score is not None, method
 
@@ -181,7 +181,7 @@ def test_search_adds_the_sections_the_hits_reference(
     # Capped, and off when asked.
     capped = client.search("g", "payment service overview guide", top_k=1, expansion_limit=1)
     assert [h.heading_path[0] for h in capped] == ["1 Overview", "3 Limits"]
-    off = client.search("g", "payment service overview guide", top_k=1, graph_expansion=False)
+    off = client.search("g", "payment service overview guide", top_k=1, reference_expansion=False)
     assert len(off) == 1
     # A section already among the hits is not added again.
     both = client.search("g", "payment service overview guide limits", top_k=2, method="full_text")

@@ -426,7 +426,7 @@ def test_lab_serves_requests_side_by_side_and_offers_only_what_a_kb_reads(
     assert urllib.request.urlopen(base + "favicon.ico").status == 204
     info = json.loads(urllib.request.urlopen(base + f"api/kb/{handbook}").read())
     assert info["methods"] == ["hybrid", "vector", "full_text"]
-    for unused in ("max_documents", "toc_token_budget", "graph_expansion", "graph_weight"):
+    for unused in ("max_documents", "toc_token_budget", "reference_expansion", "graph_weight"):
         assert unused not in info["retrieval_config"], unused
     assert "vector_weight" in info["retrieval_config"]
     # A test query must expect documents the KB holds.

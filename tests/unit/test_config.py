@@ -167,10 +167,15 @@ def test_retrieval_fields_a_kb_never_reads() -> None:
     from kbpg_db.config import unused_retrieval_fields
 
     plain = unused_retrieval_fields("chunk_embed", {})
-    assert {"max_documents", "graph_expansion", "graph_weight"} <= plain
+    assert {"max_documents", "reference_expansion", "graph_weight"} <= plain
     assert "vector_weight" not in plain and "top_k" not in plain
     with_graph = unused_retrieval_fields("chunk_embed", {"knowledge_graph": {"enabled": True}})
     assert "graph_weight" not in with_graph and "graph_hops" not in with_graph
     tree = unused_retrieval_fields("page_index", {})
     assert "max_documents" not in tree and {"vector_weight", "fusion"} <= tree
-    assert "graph_expansion" not in unused_retrieval_fields("graph_index", {})
+    assert "reference_expansion" not in unused_retrieval_fields("graph_index", {})
+
+
+def test_a_renamed_setting_names_its_new_name() -> None:
+    with pytest.raises(ConfigError, match='"graph_expansion" is now called "reference_expansion"'):
+        validate("retrieval_config", {"graph_expansion": False})

@@ -17,7 +17,7 @@ section's text refers to elsewhere in the document:
 
 Stage 3 embeds each section's title path, summary (the LLM's; without one, the section's
 own text, as much as the model reads) and the titles it references; BM25 indexes its text.
-Edges go to ``kb.graph_index_edge``; per-document counts to the ToC row's
+Edges go to ``kb.graph_index_reference``; per-document counts to the ToC row's
 ``structure_detail.references``.
 """
 
