@@ -239,28 +239,30 @@ COMMENT ON FUNCTION kb.preview_chunks(text, jsonb) IS
   'Shows how a text would be chunked with an indexing_config, storing nothing.';
 
 CREATE OR REPLACE FUNCTION kb._py_build_document(title text, content text, indexing_config jsonb,
-    page_starts integer[], metadata jsonb, file bytea, index_id bigint) RETURNS kb.build_result
+    page_starts integer[], metadata jsonb, file bytea, index_id bigint, kb_id integer)
+RETURNS kb.build_result
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.build_document(plpy, title, content, indexing_config, page_starts, metadata, file,
-                             index_id)
+                             index_id, kb_id)
 $$;
 CREATE OR REPLACE FUNCTION kb._build_document(title text, content text, indexing_config jsonb,
-    page_starts integer[], metadata jsonb, file bytea DEFAULT NULL, index_id bigint DEFAULT NULL)
+    page_starts integer[], metadata jsonb, file bytea DEFAULT NULL, index_id bigint DEFAULT NULL,
+    kb_id integer DEFAULT NULL)
 RETURNS kb.build_result
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   RETURN kb._py_build_document(title, content, indexing_config, page_starts, metadata, file,
-                               index_id);
+                               index_id, kb_id);
 /*@reraise_expected*/
 END
 $$;
-COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb, bytea, bigint) IS
+COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb, bytea, bigint, integer) IS
   'Internal: one step of indexing a document with its strategy (chunks and vectors, or a '
   'tree; LLM answers cached as they come).';
 

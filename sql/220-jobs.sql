@@ -342,7 +342,7 @@ BEGIN
                                    THEN (SELECT f.data FROM kb.document_file f
                                           WHERE f.kb_id = v_kb AND f.document_id = v_doc.id)
                               END,
-                              v_ix.id);
+                              v_ix.id, v_kb);
   v_use := coalesce(v_res.usage, '{}');
   UPDATE kb.job
      SET steps = steps + 1, progress = v_res.progress,

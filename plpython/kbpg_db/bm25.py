@@ -375,3 +375,14 @@ def search(
                 out_scores.append(float(scores[j]))
         done, want = done + len(batch), want * 4
     return Hits(out_ids[:top_k], out_scores[:top_k], f"{len(found)}/{len(found)}")
+
+
+def cache_stats(budget_mb: int) -> dict[str, Any]:
+    """What this server process's term cache holds (kb.bm25_cache_stats)."""
+    return {
+        "terms": len(CACHE.entries),
+        "megabytes": round(CACHE.nbytes / 1048576, 3),
+        "hits": CACHE.hits,
+        "misses": CACHE.misses,
+        "budget_mb": budget_mb,
+    }

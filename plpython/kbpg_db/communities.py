@@ -137,3 +137,62 @@ def _check_summary(value: Any) -> dict[str, str]:
         "title": str(value.get("title") or "").strip()[:200],
         "summary": str(value["summary"]).strip()[:4000],
     }
+
+
+def refresh(plpy: Any, kb_id: int, index_id: int, indexing_config: Any) -> str:
+    """The communities of an index generation's triplet graph, as kb.refresh_communities
+    stores them: the signatures to keep, and the new or changed ones with their summary
+    (LLM, cached) and its vector."""
+    import json
+
+    from kbpg_db import config, embedding, keys, llm, tokens
+    from kbpg_db.sqlstates import EXTERNAL_FAILURE, SqlError
+
+    cfg = config.indexing_cached(indexing_config)
+    layer = llm.layer(plpy, cfg.llm())
+    rows = [
+        dict(r)
+        for r in plpy.execute(plpy.prepare(RELATIONS, ["integer", "bigint"]), [kb_id, index_id])
+    ]
+    found = communities(rows)
+    have = {
+        r["signature"]
+        for r in plpy.execute(
+            plpy.prepare(
+                "SELECT signature FROM kb.graph_community WHERE kb_id = $1 AND index_id = $2",
+                ["integer", "bigint"],
+            ),
+            [kb_id, index_id],
+        )
+    }
+    new = [c for c in found if c.signature not in have]
+    try:
+        answers = layer.ask_many([summary_request(c) for c in new])
+    except llm.LlmError as exc:
+        raise SqlError(f"summarising communities failed: {exc}", EXTERNAL_FAILURE) from None
+    texts = [f"{a['title']}\n\n{a['summary']}" for a in answers]
+    emb_key = keys.for_model(plpy, cfg.api_key_name, cfg.embedding_model)
+    vectors = (
+        embedding.embed(cfg, texts, emb_key, [tokens.count(t) for t in texts]).vectors
+        if texts
+        else []
+    )
+    return json.dumps(
+        {
+            "keep": [c.signature for c in found],
+            "new": [
+                {
+                    "signature": c.signature,
+                    "members": c.members,
+                    "names": c.names,
+                    "relations": len(c.facts),
+                    "title": a["title"] or ", ".join(c.names[:3]),
+                    "summary": a["summary"],
+                    "embedding": [round(float(x), 6) for x in v],
+                    "chunk_ids": c.chunk_ids,
+                }
+                for c, a, v in zip(new, answers, vectors, strict=True)
+            ],
+            "usage": layer.usage.as_json(),
+        }
+    )

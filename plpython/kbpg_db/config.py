@@ -986,3 +986,46 @@ def validate_defaults(kind: str, value: dict[str, Any]) -> dict[str, Any]:
         if problems:
             raise ConfigError(kind, problems)
     return value
+
+
+def from_json(value: Any) -> Any:
+    """A jsonb argument as PL/Python passes it (text) or already decoded."""
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+# Validated configs per server process: a search does no pydantic work after the first.
+_CACHE_LIMIT = 256
+_indexing_cache: dict[str, IndexingConfig] = {}
+_retrieval_cache: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+
+def _key(value: Any) -> str:
+    return "" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
+def indexing_cached(indexing_config: Any) -> IndexingConfig:
+    """A stored indexing_config (jsonb, valid when it was stored) as its model."""
+    key = _key(indexing_config)
+    cfg = _indexing_cache.get(key)
+    if cfg is None:
+        if len(_indexing_cache) > _CACHE_LIMIT:
+            _indexing_cache.clear()
+        cfg = _indexing_cache[key] = IndexingConfig.model_validate(from_json(indexing_config))
+    return cfg
+
+
+def retrieval_cached(retrieval_config: Any, overrides: Any, strategy: str) -> dict[str, Any]:
+    """A KB's retrieval_config with a call's overrides, validated for its strategy (a
+    copy: the caller may change it). Raises ConfigError naming each bad option."""
+    key = (_key(retrieval_config), _key(overrides), strategy)
+    cfg = _retrieval_cache.get(key)
+    if cfg is None:
+        merged = dict(from_json(retrieval_config) or {})
+        merged.update(from_json(overrides) or {})
+        cfg = validate("retrieval_config", merged, strategy)
+        if len(_retrieval_cache) > _CACHE_LIMIT:
+            _retrieval_cache.clear()
+        _retrieval_cache[key] = cfg
+    return dict(cfg)

@@ -90,9 +90,10 @@ KNOWN_ENTITIES = """
     SELECT n.qualified_name AS key, min(n.name) AS name, min(n.properties->>'type') AS type,
            min(left(c.content, 600)) AS context, (array_agg(n.embedding::text))[1] AS vector,
            (SELECT m.other_key FROM kb.graph_entity_merge m
-             WHERE m.index_id = $1 AND m.key = n.qualified_name AND m.merged) AS canonical
-      FROM kb.graph_node n LEFT JOIN kb.chunk c ON c.id = n.chunk_id
-     WHERE n.index_id = $1 AND n.graph = 'triplets' AND n.kind = 'entity' AND n.path <> $2
+             WHERE m.kb_id = $3 AND m.index_id = $1 AND m.key = n.qualified_name
+               AND m.merged) AS canonical
+      FROM kb.graph_node n LEFT JOIN kb.chunk c ON c.kb_id = $3 AND c.id = n.chunk_id
+     WHERE n.kb_id = $3 AND n.index_id = $1 AND n.graph = 'triplets' AND n.kind = 'entity' AND n.path <> $2
      GROUP BY n.qualified_name
 """
 
@@ -244,8 +245,9 @@ def build(
                 mine[vertex["qualified_name"]]["vector"] = vertex["embedding"]
             spent = {"tokens": got.tokens, "cost_usd": got.cost_usd}
         known: dict[str, dict[str, Any]] = {}
-        if ctx.query is not None and ctx.index_id is not None:
-            for r in ctx.query((KNOWN_ENTITIES, ["bigint", "text"]), [ctx.index_id, title]):
+        if ctx.query is not None and ctx.index_id is not None and ctx.kb_id is not None:
+            sql = (KNOWN_ENTITIES, ["bigint", "text", "integer"])
+            for r in ctx.query(sql, [ctx.index_id, title, ctx.kb_id]):
                 known[r["key"]] = {**r, "vector": json.loads(r["vector"]) if r["vector"] else None}
         llm.progress = ctx.stage("comparing entities")
         merges = merge_decisions(mine, known, settings, llm)

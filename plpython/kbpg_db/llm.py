@@ -555,3 +555,28 @@ def endpoint_of(settings: LlmSettings) -> str:
         return settings.api_base.rstrip("/")
     model = settings.model or ""
     return model.split("/", 1)[0] if "/" in model else "openai"
+
+
+def layer(
+    plpy: Any,
+    settings: LlmSettings,
+    *,
+    writable: bool = True,
+    capped: bool = True,
+    deadline: float | None = None,
+) -> Llm:
+    """The LLM layer a database call uses: the key from ``kb.<api_key_name>`` or the
+    environment, the call cache (read-only for a query), the per-endpoint concurrency
+    cap shared by every server process (``capped``), and the step's deadline."""
+    from kbpg_db import keys
+
+    provider = None
+    if settings.model:
+        provider = Provider(settings, keys.for_model(plpy, settings.api_key_name, settings.model))
+    wait = settings.request_timeout_s * (settings.max_retries + 1)
+    slots = (
+        Slots(plpy, endpoint_of(settings), settings.llm_concurrency, wait)
+        if provider is not None and capped
+        else None
+    )
+    return Llm(settings, provider, CallCache(plpy, writable=writable), slots, deadline=deadline)

@@ -91,3 +91,19 @@ def rerank(
     for item in response.results:
         scores[int(item["index"])] = float(item["relevance_score"])
     return scores
+
+
+def rerank_for(plpy: Any, cfg: dict[str, Any], query: str, documents: list[str]) -> list[float]:
+    """Scores of the documents for the query by the retrieval config's rerank model, its
+    key read from ``kb.<rerank_api_key_name>`` or the environment."""
+    from kbpg_db import keys
+    from kbpg_db.sqlstates import EXTERNAL_FAILURE, INVALID_PARAMETER, SqlError
+
+    model = cfg.get("rerank_model")
+    key = keys.for_model(plpy, cfg.get("rerank_api_key_name"), model)
+    try:
+        return rerank(model, query, list(documents), cfg.get("rerank_api_base"), key)
+    except ValueError as exc:
+        raise SqlError(str(exc), INVALID_PARAMETER) from None
+    except Exception as exc:
+        raise SqlError(f"rerank failed: {exc}", EXTERNAL_FAILURE) from None

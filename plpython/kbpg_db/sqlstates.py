@@ -140,3 +140,16 @@ INVALID_PARAMETER = BY_NAME["invalid_parameter_value"].code
 DATA_EXCEPTION = BY_NAME["data_exception"].code
 # Ours: a provider or model failed (PostgreSQL's class 58 reads as a lost connection).
 EXTERNAL_FAILURE = BY_NAME["provider_failed"].code
+
+
+class SqlError(Exception):
+    """An expected error a module raises on the way out of the database: the SQL wrapper
+    (``kbpg_db.sqlapi``) raises it again with its SQLSTATE, DETAIL and HINT."""
+
+    def __init__(
+        self, message: str, sqlstate: str, detail: str | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.detail = detail
+        self.hint = hint

@@ -353,10 +353,26 @@ def _plpgsql_queries(definition: str) -> Iterator[tuple[str, bool]]:
     yield from walk(pglast.parse_plpgsql(f"{name}({params}AS $function${body}"))
 
 
+def _imported_modules(tree: ast.AST) -> set[str]:
+    """The kbpg_db modules a piece of code imports, as paths under plpython/kbpg_db."""
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kbpg_db"):
+            package = "/".join(node.module.split(".")[1:])  # type: ignore[union-attr]
+            if (PLPYTHON / f"{package}.py").is_file():  # from kbpg_db.convert import X
+                modules.add(package)
+            else:  # from kbpg_db[.package] import module
+                for a in node.names:
+                    name = f"{package}/{a.name}".lstrip("/")
+                    if (PLPYTHON / f"{name}.py").is_file() or (PLPYTHON / name).is_dir():
+                        modules.add(name)
+    return modules
+
+
 def _python_sql(entry: str) -> Iterator[tuple[str, str]]:
     """(where, SQL) of the SQL strings the PL/Python entry sqlapi.<entry> can run: the
     sqlapi functions it reaches by name, and every string of the kbpg_db modules they
-    import."""
+    import, and of the modules those import in turn."""
     source = (PLPYTHON / "sqlapi.py").read_text()
     defs = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
     seen: set[str] = set()
@@ -367,25 +383,27 @@ def _python_sql(entry: str) -> Iterator[tuple[str, str]]:
         if name in seen or name not in defs:
             continue
         seen.add(name)
+        modules |= _imported_modules(defs[name])
         for node in ast.walk(defs[name]):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 todo.append(node.func.id)
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kbpg_db"):
-                package = "/".join(node.module.split(".")[1:])  # type: ignore[union-attr]
-                if (PLPYTHON / f"{package}.py").is_file():  # from kbpg_db.convert import X
-                    modules.add(package)
-                else:  # from kbpg_db[.package] import module
-                    modules.update(f"{package}/{a.name}".lstrip("/") for a in node.names)
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if SQL_START.match(node.value):
                     yield f"sqlapi.{name}", node.value
-    for module in sorted(modules):
+    pending, done = sorted(modules), set()
+    while pending:
+        module = pending.pop()
+        if module in done:
+            continue
+        done.add(module)
         path = PLPYTHON / module
         files = sorted(path.glob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
-        for node in (n for f in files for n in ast.walk(ast.parse(f.read_text()))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if SQL_START.match(node.value):
-                    yield f"kbpg_db.{module}", node.value
+        for tree in (ast.parse(f.read_text()) for f in files):
+            pending.extend(sorted(_imported_modules(tree) - done))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    if SQL_START.match(node.value):
+                        yield f"kbpg_db.{module}", node.value
 
 
 def _check_sql(cat: Catalog, where: str, sql: str, spans: bool = False) -> set[str]:

@@ -51,6 +51,7 @@ class BuildContext:
     embedding_key: str | None
     report: Callable[[str], None] = lambda _text: None
     index_id: int | None = None  # the generation being built
+    kb_id: int | None = None  # its knowledge base
     # Reads the database: query((sql, [types]), [args]) -> rows (None outside a job).
     query: Callable[[tuple[str, list[str]], list[Any]], list[Any]] | None = None
 
@@ -72,3 +73,87 @@ def module(strategy: str) -> Any:
 def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
     result: Built = module(cfg.strategy).build(doc, cfg, ctx)
     return result
+
+
+def _step_seconds(plpy: Any) -> float:
+    row = plpy.execute("SELECT current_setting('kb.llm_step_seconds', true) AS v")
+    try:
+        return float(row[0]["v"]) if row and row[0]["v"] else 10.0
+    except ValueError:
+        return 10.0
+
+
+def step(
+    plpy: Any, doc: Document, cfg: IndexingConfig, index_id: int | None, kb_id: int | None
+) -> dict[str, Any]:
+    """One step of indexing a document with its KB's strategy (kb._build_document's row).
+
+    status ``done``: chunks and artifacts to store; ``more``: the step's time is spent and
+    the LLM answers so far are cached (the caller commits and calls again); ``failed``:
+    the strategy cannot index the document (the message names the stage); ``error``: a
+    provider failed after its retries (the job is retried with backoff).
+    """
+    import json
+    import time
+
+    from kbpg_db import config, keys, llm
+    from kbpg_db.sqlstates import DATA_EXCEPTION, EXTERNAL_FAILURE, SqlError
+
+    if cfg.embedding_model == config.LOCAL_MODEL:
+        # The worker sets kb.onnx_threads by how many of its connections are busy.
+        from kbpg_db import embedding
+
+        threads = plpy.execute("SELECT current_setting('kb.onnx_threads', true) AS t")[0]["t"]
+        embedding.use_threads(int(threads) if threads and threads.isdigit() else None)
+    progress: list[str] = []
+    layer: Llm | None = None
+    if cfg.uses_llm:
+        layer = llm.layer(plpy, cfg.llm(), deadline=time.monotonic() + _step_seconds(plpy))
+    ctx = BuildContext(
+        layer,
+        keys.for_model(plpy, cfg.api_key_name, cfg.embedding_model),
+        progress.append,
+        index_id=index_id,
+        kb_id=kb_id,
+        query=(lambda sql, args: list(plpy.execute(plpy.prepare(sql[0], sql[1]), args)))
+        if index_id is not None
+        else None,
+    )
+    out: dict[str, Any] = {
+        "status": "done",
+        "chunks": None,
+        "artifacts": None,
+        "tokens": 0,
+        "cost_usd": 0.0,
+        "progress": None,
+        "usage": None,
+        "error": None,
+    }
+    try:
+        built = build(doc, cfg, ctx)
+    except llm.StepYield:
+        out["status"] = "more"
+    except (llm.LlmError, StrategyError) as exc:
+        # A document the strategy cannot index, or a model that cannot answer it, fails
+        # for good ("failed"); a provider that failed after its retries may recover
+        # ("error": the job is retried with backoff).
+        permanent = isinstance(exc, StrategyError) or (
+            isinstance(exc, llm.LlmError) and exc.permanent
+        )
+        out["status"] = "failed" if permanent else "error"
+        stage = progress[-1] if progress else "indexing"
+        out["error"] = f'document "{doc.title}": {cfg.strategy}, while {stage}: {exc}'
+    except ValueError as exc:
+        raise SqlError(str(exc), DATA_EXCEPTION) from None
+    except RuntimeError as exc:
+        raise SqlError(f"embedding failed: {exc}", EXTERNAL_FAILURE) from None
+    else:
+        out.update(
+            chunks=built.chunks,
+            artifacts=json.dumps(built.artifacts) if built.artifacts is not None else None,
+            tokens=built.tokens,
+            cost_usd=built.cost_usd,
+        )
+    out["progress"] = progress[-1] if progress else None
+    out["usage"] = json.dumps(layer.usage.as_json()) if layer else None
+    return out

@@ -149,3 +149,84 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         spent_tokens += extra["tokens"]
         cost = None if cost is None or extra["cost_usd"] is None else cost + extra["cost_usd"]
     return Built(rows, artifacts, spent_tokens, cost)
+
+
+# At most this many chunks are embedded ahead in one call (their vectors wait in the
+# server process's memory until their jobs take them: about 4k vectors of 384 floats, tens of MB).
+PREFETCH_MAX_CHUNKS = 4096
+
+
+def prefetch(plpy: Any, kb_id: int, job_ids: list[int], worker: str) -> int:
+    """Chunk the documents of a worker's claimed jobs (of one KB) and embed all their chunks together
+    (full batches, and for a remote provider up to ``embedding_concurrency`` requests in
+    flight), so many small documents cost a few requests instead of one each. The vectors
+    wait in this server process for the jobs' own builds (kb.process_job, same connection).
+
+    Only ChunkEmbed documents whose text is at hand take part; anything that fails here
+    (a provider error, a bad chunking setting) is left for the job, which reports it.
+    Returns how many chunks were embedded ahead.
+    """
+    from kbpg_db import config, keys
+
+    embedding.clear_ahead()
+    clear_rows_ahead()
+    # The settings first, the texts only of the documents that take part: a local model
+    # (none does) costs one small query per claim.
+    rows = plpy.execute(
+        plpy.prepare(
+            "SELECT j.id, d.title, coalesce(d.source_meta, '{}') || d.metadata AS metadata, "
+            "       i.indexing_config || coalesce(d.chunking, '{}') AS config "
+            "FROM kb.job j JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
+            "JOIN kb.kb_index i ON i.kb_id = j.kb_id AND i.id = j.index_id "
+            "WHERE j.kb_id = $1 AND j.id = ANY ($2) AND j.locked_by = $3 "
+            "  AND j.status = 'running' "
+            "  AND i.status IN ('active', 'building') AND d.content IS NOT NULL "
+            "  AND (d.source_format IS NULL OR j.steps > 0) "
+            "ORDER BY j.id",
+            ["integer", "bigint[]", "text"],
+        ),
+        [kb_id, job_ids, worker],
+    )
+    chosen: dict[int, Any] = {}
+    for row in rows:
+        try:
+            cfg = config.indexing_cached(row["config"])
+        except ValueError:
+            continue  # the job's own build reports it
+        if batchable(cfg, row["title"], config.from_json(row["metadata"]) or {}):
+            chosen[row["id"]] = cfg
+    if not chosen:
+        return 0
+    bodies = plpy.execute(
+        plpy.prepare(
+            "SELECT j.id, d.content, d.page_starts FROM kb.job j "
+            "JOIN kb.document d ON d.kb_id = j.kb_id AND d.id = j.document_id "
+            "WHERE j.kb_id = $1 AND j.id = ANY ($2) ORDER BY j.id",
+            ["integer", "bigint[]"],
+        ),
+        [kb_id, list(chosen)],
+    )
+    groups: dict[str, tuple[Any, list[str]]] = {}
+    total = 0
+    for row in bodies:
+        cfg = chosen[row["id"]]
+        try:
+            chunks = rows_ahead(row["content"], cfg, row["page_starts"])
+        except ValueError:
+            continue  # the job's own build reports it
+        if total and total + len(chunks) > PREFETCH_MAX_CHUNKS:
+            break
+        total += len(chunks)
+        groups.setdefault(embedding.model_key(cfg), (cfg, []))[1].extend(
+            c["embed_text"] for c in chunks
+        )
+    done = 0
+    for cfg, texts in groups.values():
+        if not texts:
+            continue
+        key = keys.for_model(plpy, cfg.api_key_name, cfg.embedding_model)
+        try:
+            done += embedding.embed_ahead(cfg, texts, [tokens.count(t) for t in texts], key)
+        except (RuntimeError, ValueError):
+            continue  # each job embeds on its own and reports the error
+    return done

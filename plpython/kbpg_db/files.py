@@ -1,0 +1,183 @@
+"""Files, URLs and media inside the database: a file or URL document's text made in a
+limited child process (kbpg_db.convert), the conversion limits from the kb.* settings,
+and the media (data: URIs) taken out of a text into kb.document_media."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kbpg_db.config import from_json
+
+# Conversion limits: setting name -> Limits field (kb.max_document_bytes is the text's).
+CONVERT_SETTINGS = {
+    "kb.max_document_bytes": "max_text_bytes",
+    "kb.max_unzipped_bytes": "max_unzipped_bytes",
+    "kb.max_table_rows": "max_rows",
+    "kb.max_nesting_depth": "max_depth",
+    "kb.convert_memory_mb": "memory_mb",
+    "kb.convert_timeout_s": "timeout_s",
+    "kb.fetch_timeout_s": "fetch_timeout_s",
+}
+
+
+def convert_limits(plpy: Any) -> Any:
+    """The conversion limits, from the kb.* settings where they are set. A session, role or
+    database setting (which any user can make for itself) may lower a limit, never raise
+    it above the default: that takes postgresql.conf or ALTER SYSTEM."""
+    from kbpg_db.convert import Limits
+    from kbpg_db.sqlstates import INVALID_PARAMETER, SqlError
+
+    names = list(CONVERT_SETTINGS)
+    row = plpy.execute(
+        "SELECT " + ", ".join(f"current_setting('{n}', true) AS c{i}" for i, n in enumerate(names))
+    )[0]
+    limits = Limits()
+    for i, name in enumerate(names):
+        raw = row[f"c{i}"]
+        if not raw:
+            continue
+        field_name = CONVERT_SETTINGS[name]
+        default = getattr(limits, field_name)
+        kind = type(default)
+        try:
+            value = kind(float(raw)) if kind is int else kind(raw)
+        except ValueError:
+            raise SqlError(
+                f"setting {name} must be a number (got {raw!r})", INVALID_PARAMETER
+            ) from None
+        if value <= 0:
+            raise SqlError(f"setting {name} must be more than 0 (got {raw})", INVALID_PARAMETER)
+        # Above the default, the value must come from the server's configuration files
+        # (kb._server_setting): a session, role or database may only lower a limit. (The
+        # text's own cap is a storage choice, settable per session as before; the child
+        # process's memory limit still bounds what converting a large file costs.)
+        if value > default and name != "kb.max_document_bytes":
+            configured = plpy.execute(
+                plpy.prepare("SELECT kb._server_setting($1) AS v", ["text"]), [name]
+            )[0]["v"]
+            try:
+                ceiling = max(default, float(configured or 0))
+            except ValueError:
+                ceiling = default
+            if value > ceiling:
+                raise SqlError(
+                    f"setting {name} = {raw} is above the server's {ceiling:g}, and a session, "
+                    "role or database setting may only lower it",
+                    INVALID_PARAMETER,
+                    hint="a session, role or database may only lower this limit; raise it in "
+                    "postgresql.conf or with ALTER SYSTEM",
+                )
+        setattr(limits, field_name, value)
+    return limits
+
+
+def media_json(found: list[Any]) -> list[dict[str, Any]]:
+    import base64
+
+    return [
+        {
+            "ref": m.ref,
+            "media_type": m.media_type,
+            "sha256": m.sha256,
+            "data": base64.b64encode(m.data).decode("ascii"),
+        }
+        for m in found
+    ]
+
+
+def extract_media(content: str) -> dict[str, Any]:
+    """The text with its data: URIs replaced by kbpg-media: references, and the media."""
+    from kbpg_db import media
+
+    text, found = media.extract(content)
+    return {"content": text, "media": json.dumps(media_json(found))}
+
+
+def file_format(file_name: str, head: bytes | None) -> str | None:
+    from kbpg_db.convert import format_of
+
+    return format_of(file_name, head)
+
+
+def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
+    """Make a file or URL document's text: convert its stored original (or fetch the URL
+    first) in a limited child process, take out its media, and store the text. Returns
+    the error that stops the document, or None. A document whose original was not kept
+    keeps the text converted before."""
+    import sys
+
+    from kbpg_db import convert, media
+
+    doc = plpy.execute(
+        plpy.prepare(
+            "SELECT d.kb_id, d.title, d.source_uri, d.source_format, d.content IS NOT NULL AS "
+            "has_text, d.content_hash, d.source_meta, f.file_name, f.data, f.keep "
+            "FROM kb.document d LEFT JOIN kb.document_file f "
+            "ON f.kb_id = d.kb_id AND f.document_id = d.id "
+            "WHERE d.kb_id = $1 AND d.id = $2",
+            ["integer", "bigint"],
+        ),
+        [kb_id, document_id],
+    )
+    if not doc:
+        return None
+    d = doc[0]
+    limits = convert_limits(plpy)
+    if d["data"] is not None:
+        request: dict[str, Any] = {"file_name": d["file_name"]}
+        data = bytes(d["data"])
+        what = f'file "{d["file_name"]}"'
+    elif d["source_format"] == "url":
+        meta = from_json(d["source_meta"]) or {}
+        request = {"url": d["source_uri"], "render": bool(meta.get("render", True))}
+        data = None
+        what = f"page {d['source_uri']}"
+    elif d["has_text"]:
+        return None  # the original was dropped after its first conversion
+    else:
+        return f'document "{d["title"]}": its original file is not stored; add it again'
+    # The server's own Python (PL/Python's), never a path a session could set: the child
+    # runs as the server's OS user.
+    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    try:
+        out = convert.run_isolated(request, data, limits, python)
+    except convert.ConvertError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        if request.get("url") and str(exc).startswith(("http://", "https://")):
+            what = "page"  # the fetch's own message names the URL it was fetching
+        return f'document "{d["title"]}": {what} {exc}{hint}'
+    text, found = media.extract(out.content)
+    meta = dict(out.meta)
+    if found:
+        meta["media"] = len(found)
+    # Only the version converted: a newer upload meanwhile has another content_hash.
+    plpy.execute(
+        plpy.prepare(
+            "UPDATE kb.document SET content = $3, page_starts = $4, source_meta = $5::jsonb "
+            "WHERE kb_id = $1 AND id = $2 AND content_hash = $6",
+            ["integer", "bigint", "text", "integer[]", "text", "text"],
+        ),
+        [kb_id, document_id, text, out.page_starts, json.dumps(meta), d["content_hash"]],
+    )
+    plpy.execute(
+        plpy.prepare("SELECT kb._store_media($1, $2, $3::jsonb)", ["integer", "bigint", "text"]),
+        [kb_id, document_id, json.dumps(media_json(found))],
+    )
+    if out.file is not None:  # a fetched page or file: kept, so a reindex needs no fetch
+        plpy.execute(
+            plpy.prepare(
+                "SELECT kb._keep_file($1, $2, $3, encode(sha256($3), 'hex'), $4, $4)",
+                ["integer", "bigint", "bytea", "text"],
+            ),
+            [kb_id, document_id, out.file, out.file_name],
+        )
+    elif d["data"] is not None and not d["keep"]:
+        plpy.execute(
+            plpy.prepare(
+                "DELETE FROM kb.document_file WHERE kb_id = $1 AND document_id = $2",
+                ["integer", "bigint"],
+            ),
+            [kb_id, document_id],
+        )
+    return None
