@@ -120,9 +120,7 @@ def ensure_loaded(
             kb, indexing_config or {}, description=f"BEIR {data.name} corpus"
         )
     rows = client.conn.execute(
-        "SELECT count(*), count(*) FILTER (WHERE d.status = 'ready') FROM kb.document d "
-        "JOIN kb.knowledge_base k ON k.id = d.kb_id WHERE k.name = %s",
-        (kb,),
+        "SELECT documents, ready FROM kb.list_knowledge_bases() WHERE name = %s", (kb,)
     ).fetchone()
     if rows[0] == len(data.corpus) and rows[1] == len(data.corpus):
         say(f"reusing knowledge base {kb!r} ({rows[0]} documents, all ready)")
@@ -151,9 +149,7 @@ def ensure_loaded(
     while thread.is_alive():
         thread.join(2.0)
         ready = client.conn.execute(
-            "SELECT count(*) FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id "
-            "WHERE k.name = %s AND d.status IN ('ready', 'error')",
-            (kb,),
+            "SELECT ready + failed FROM kb.list_knowledge_bases() WHERE name = %s", (kb,)
         ).fetchone()[0]
         if bar is not None:
             bar.update(ready - done)
@@ -162,9 +158,7 @@ def ensure_loaded(
         bar.close()
     seconds = time.monotonic() - t0
     errors = client.conn.execute(
-        "SELECT count(*) FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id "
-        "WHERE k.name = %s AND d.status = 'error'",
-        (kb,),
+        "SELECT failed FROM kb.list_knowledge_bases() WHERE name = %s", (kb,)
     ).fetchone()[0]
     say(f"indexed {len(data.corpus)} documents in {seconds:.0f}s ({errors} errors)")
     return seconds

@@ -223,7 +223,7 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.preview_chunks(plpy, content, indexing_config, None)
+return sqlapi.preview_chunks(plpy, content, indexing_config)
 $$;
 CREATE OR REPLACE FUNCTION kb.preview_chunks(content text, indexing_config jsonb DEFAULT '{}')
 RETURNS SETOF kb.chunk_payload

@@ -215,3 +215,28 @@ $$;
 COMMENT ON FUNCTION kb._maybe_activate(integer, bigint) IS
   'Internal: switches a KB to a finished index generation and drops the previous one.';
 
+
+CREATE OR REPLACE FUNCTION kb.index_generations(kb_name text)
+RETURNS TABLE (index_id bigint, status text, serving boolean, strategy text,
+               indexing_config jsonb, embedding_model text, chunks bigint, jobs_done bigint,
+               jobs_waiting bigint, jobs_failed bigint, error text, created_at timestamptz,
+               activated_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT ix.id, ix.status, ix.id = k.active_index_id, ix.indexing_config->>'strategy',
+         ix.indexing_config, ix.embedding_model, ix.n_chunks,
+         count(*) FILTER (WHERE j.status = 'done'),
+         count(*) FILTER (WHERE j.status IN ('queued', 'running')),
+         count(*) FILTER (WHERE j.status = 'failed'),
+         ix.error, ix.created_at, ix.activated_at
+  FROM kb._get_kb(kb_name) k
+  JOIN kb.kb_index ix ON ix.kb_id = k.id
+  LEFT JOIN kb.job j ON j.kb_id = ix.kb_id AND j.index_id = ix.id
+  GROUP BY ix.kb_id, ix.id, k.active_index_id
+  ORDER BY ix.id DESC
+$$;
+COMMENT ON FUNCTION kb.index_generations(text) IS
+  'A knowledge base''s index generations, newest first: which one serves, each one''s '
+  'strategy and settings, its chunks, its jobs done, waiting and failed, and a failed '
+  'one''s error (the Retrieval Lab''s progress bar reads it).';

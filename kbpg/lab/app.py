@@ -143,11 +143,11 @@ def kbs(request: Request) -> Response:
 def kb_info(request: Request) -> Response:
     name = request.path_params["kb"]
     rows = _lab(request).query(
-        "SELECT k.name, k.retrieval_config, ix.indexing_config, "
-        "ix.indexing_config->>'strategy' AS strategy, "
+        "SELECT k.name, k.retrieval_config, g.indexing_config, g.strategy, "
         "(SELECT l.access FROM kb.list_knowledge_bases() l WHERE l.name = k.name) AS access "
-        "FROM kb._get_kb(%s) k JOIN kb.kb_index ix ON ix.id = k.active_index_id",
-        (name,),
+        "FROM kb.index_generations(%s) g JOIN kb.knowledge_base k ON k.name = %s "
+        "WHERE g.serving",
+        (name, name),
     )
     info = rows[0]
     # What the form offers: the methods this KB serves, and only settings it reads.
@@ -216,13 +216,9 @@ def progress(request: Request) -> Response:
     name = request.path_params["kb"]
     lab = _lab(request)
     rows = lab.query(
-        "SELECT ix.id, ix.status, ix.error, ix.id = k.active_index_id AS serving, "
-        "(SELECT count(*) FROM kb.job j WHERE j.index_id = ix.id AND j.status = 'done') AS done, "
-        "(SELECT count(*) FROM kb.job j WHERE j.index_id = ix.id "
-        " AND j.status IN ('queued', 'running')) AS waiting, "
-        "(SELECT count(*) FROM kb.job j WHERE j.index_id = ix.id AND j.status = 'failed') AS failed "
-        "FROM kb._get_kb(%s) k JOIN kb.kb_index ix ON ix.kb_id = k.id "
-        "ORDER BY ix.id DESC LIMIT 3",
+        "SELECT index_id AS id, status, error, serving, jobs_done AS done, "
+        "jobs_waiting AS waiting, jobs_failed AS failed "
+        "FROM kb.index_generations(%s) LIMIT 3",
         (name,),
     )
     return _json(rows)
@@ -236,8 +232,8 @@ def preview(lab: Lab, data: dict[str, Any]) -> Response:
         if not title:
             raise LabError("pick a document or paste a text to preview")
         got = lab.query(
-            "SELECT d.content FROM kb.document d WHERE d.kb_id = (kb._get_kb(%s)).id "
-            "AND d.title = %s",
+            "SELECT d.content FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id "
+            "WHERE k.name = %s AND d.title = %s",
             (kb, title),
         )
         if not got or got[0]["content"] is None:
@@ -280,9 +276,10 @@ def preset_diff(lab: Lab, data: dict[str, Any]) -> Response:
     kb = _str(data, "kb")
     rows = lab.query(
         "SELECT k.retrieval_config AS current, kb.validate_config('retrieval_config', "
-        "k.retrieval_config || %s::jsonb, ix.indexing_config->>'strategy') AS proposed "
-        "FROM kb._get_kb(%s) k JOIN kb.kb_index ix ON ix.id = k.active_index_id",
-        (Json(_config(data)), kb),
+        "k.retrieval_config || %s::jsonb, g.strategy) AS proposed "
+        "FROM kb.index_generations(%s) g JOIN kb.knowledge_base k ON k.name = %s "
+        "WHERE g.serving",
+        (Json(_config(data)), kb, kb),
     )
     cur, new = rows[0]["current"], rows[0]["proposed"]
     diff = [
@@ -297,8 +294,9 @@ def preset_apply(lab: Lab, data: dict[str, Any]) -> Response:
     kb = _str(data, "kb")
     rows = lab.query(
         "SELECT kb.set_retrieval_config(%s, k.retrieval_config || %s::jsonb) AS cfg "
-        "FROM kb._get_kb(%s) k",
-        (kb, Json(_config(data)), kb),
+        "FROM kb.index_generations(%s) g JOIN kb.knowledge_base k ON k.name = %s "
+        "WHERE g.serving",
+        (kb, Json(_config(data)), kb, kb),
     )
     return JSONResponse({"retrieval_config": rows[0]["cfg"]})
 

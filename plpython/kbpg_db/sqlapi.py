@@ -127,7 +127,7 @@ def document_chunking(plpy: Any, indexing_config: Any, chunking: Any) -> str:
 
 
 def preview_chunks(
-    plpy: Any, content: str, indexing_config: Any, page_starts: list[int] | None
+    plpy: Any, content: str, indexing_config: Any, page_starts: list[int] | None = None
 ) -> list[dict[str, Any]]:
     from kbpg_db import config, keys
     from kbpg_db.strategies import chunk_embed

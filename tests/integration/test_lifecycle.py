@@ -7,6 +7,7 @@ import pytest
 
 from kbpg.client import Client
 from kbpg.errors import ConfigError, DocumentError, NotFoundError
+from tests.helpers import run_worker
 
 
 def test_create_list_show_drop(client: Client) -> None:
@@ -196,3 +197,26 @@ def test_one_megabyte_single_line_file(client: Client, conn: psycopg.Connection,
     assert doc["status"] == "ready" and doc["chunk_count"] > 100
     covered = conn.execute("SELECT max(char_end) FROM kb.chunk").fetchone()[0]
     assert covered >= 999_990
+
+
+def test_index_generations_show_which_serves_and_their_jobs(
+    client: Client, conn: psycopg.Connection, dsn: str
+) -> None:
+    client.create_knowledge_base("gens", {"chunk_size": 64, "chunk_overlap": 8})
+    client.add_text("gens", "A", "# A\n\nAlpha text about apples.")
+    client.add_text("gens", "B", "# B\n\nBeta text about bananas.")
+    run_worker(dsn)
+    client.reindex_knowledge_base("gens", {"chunk_size": 128, "chunk_overlap": 8})
+    rows = conn.execute(
+        "SELECT status, serving, strategy, indexing_config->>'chunk_size', jobs_done, "
+        "jobs_waiting, jobs_failed FROM kb.index_generations('gens')"
+    ).fetchall()
+    assert rows == [
+        ("building", False, "chunk_embed", "128", 0, 2, 0),
+        ("active", True, "chunk_embed", "64", 2, 0, 0),
+    ]
+    run_worker(dsn)
+    first = conn.execute("SELECT status, serving, chunks > 0 FROM kb.index_generations('gens')")
+    assert first.fetchone() == ("active", True, True)
+    with pytest.raises(psycopg.errors.NoDataFound, match='knowledge base "nope" does not exist'):
+        conn.execute("SELECT * FROM kb.index_generations('nope')")
