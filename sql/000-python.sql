@@ -317,7 +317,8 @@ $$;
 COMMENT ON FUNCTION kb.embed_query(text, text) IS
   'Embeds a text with the knowledge base''s embedding model (as used for queries).';
 
-CREATE OR REPLACE FUNCTION kb._py_rerank(retrieval_config jsonb, query text, documents text[]) RETURNS double precision[]
+CREATE OR REPLACE FUNCTION kb._py_rerank(retrieval_config jsonb, query text, documents text[],
+    OUT scores double precision[], OUT usage jsonb)
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -325,18 +326,20 @@ if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_i
 from kbpg_db import sqlapi
 return sqlapi.rerank(plpy, retrieval_config, query, documents)
 $$;
-CREATE OR REPLACE FUNCTION kb._rerank(retrieval_config jsonb, query text, documents text[])
-RETURNS double precision[]
+CREATE OR REPLACE FUNCTION kb._rerank(retrieval_config jsonb, query text, documents text[],
+    OUT scores double precision[], OUT usage jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  RETURN kb._py_rerank(retrieval_config, query, documents);
+  SELECT r.scores, r.usage INTO scores, usage
+  FROM kb._py_rerank(retrieval_config, query, documents) r;
 /*@reraise_expected*/
 END
 $$;
 COMMENT ON FUNCTION kb._rerank(jsonb, text, text[]) IS
-  'Internal: one cross-encoder score per document for the query (local ONNX or provider).';
+  'Internal: one score per document for the query (a local ONNX cross-encoder, a provider''s '
+  'rerank model, or a chat model''s listwise ranking) and what an LLM ranking cost.';
 
 CREATE OR REPLACE FUNCTION kb._py_count_tokens(content text) RETURNS integer
 LANGUAGE plpython3u IMMUTABLE STRICT

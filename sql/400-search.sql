@@ -186,6 +186,7 @@ DECLARE
   v_rows   kb.search_stage[];
   v_docs   text[];
   v_scores double precision[];
+  v_rerank_usage jsonb;
   v_tree   kb.tree_hit[];
   v_hits   bigint[];
   v_gw     double precision := 0;
@@ -328,9 +329,12 @@ BEGIN
     v_docs := ARRAY(SELECT c.content FROM unnest(v_rows) WITH ORDINALITY AS r
                       JOIN kb.chunk c ON c.id = r.chunk_id AND c.kb_id = p_kb_id
                     ORDER BY r.ordinality);
-    v_scores := kb._rerank(v_cfg, p_query, v_docs);
+    SELECT r.scores, r.usage INTO v_scores, v_rerank_usage
+    FROM kb._rerank(v_cfg, p_query, v_docs) r;
+    -- An LLM ranking adds its calls, tokens and cost (rerank.llm).
     v_prep.usage := coalesce(v_prep.usage, '{}') || jsonb_build_object('rerank',
-      jsonb_build_object('model', v_cfg->>'rerank_model', 'documents', cardinality(v_docs)));
+      jsonb_build_object('model', v_cfg->>'rerank_model', 'documents', cardinality(v_docs))
+      || coalesce(v_rerank_usage, '{}'));
     v_rows := ARRAY(
       SELECT ROW(r.chunk_id, r.vector_rank, r.vector_score, r.bm25_rank, r.bm25_score,
                  r.fused_rank, r.fused_score,

@@ -727,8 +727,10 @@ class RetrievalConfig(_Strict):
     rerank_model: str | None = Field(
         None,
         max_length=2000,
-        description="onnx:/path/model.onnx (a local cross-encoder, tokenizer.json beside it) "
-        "or a litellm rerank model (cohere/rerank-english-v3.0, voyage/rerank-2, ...)",
+        description="onnx:/path/model.onnx (a local cross-encoder, tokenizer.json beside it), "
+        "a litellm rerank model (cohere/rerank-english-v3.0, voyage/rerank-2, ...), or "
+        "llm:<chat model> (llm:openai/gpt-4o-mini; llm:openai/NAME with rerank_api_base for "
+        "an OpenAI-compatible server): the chat model ranks the candidates in one call",
     )
     rerank_api_base: str | None = Field(
         None, max_length=2000, description="the rerank endpoint's URL, when self-hosted"
@@ -784,6 +786,8 @@ class RetrievalConfig(_Strict):
     def _check(self) -> RetrievalConfig:
         if self.rerank and not self.rerank_model:
             raise ValueError("rerank is on but rerank_model is not set")
+        if self.rerank_model is not None and self.rerank_model.strip() in ("llm:", "onnx:"):
+            raise ValueError(f'rerank_model "{self.rerank_model}" names no model after the prefix')
         return self
 
 

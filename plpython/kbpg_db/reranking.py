@@ -93,17 +93,123 @@ def rerank(
     return scores
 
 
-def rerank_for(plpy: Any, cfg: dict[str, Any], query: str, documents: list[str]) -> list[float]:
-    """Scores of the documents for the query by the retrieval config's rerank model, its
-    key read from ``kb.<rerank_api_key_name>`` or the environment."""
+# rerank_model "llm:<chat model>": the chat model ranks the candidates in one call.
+LLM_PREFIX = "llm:"
+LLM_PASSAGE_CHARS = 1200  # of each candidate the model reads
+_RANKING_SCHEMA = {
+    "type": "object",
+    "properties": {"ranking": {"type": "array", "items": {"type": "integer"}}},
+    "required": ["ranking"],
+}
+# Answers per server process, by request key: a role whose answers kb.llm_call does not
+# keep (or a read-only standby) still asks once per distinct question and candidate set.
+_ANSWERS: dict[str, list[int]] = {}
+_ANSWERS_LIMIT = 512
+
+
+def listwise_request(query: str, documents: list[str]) -> Any:
+    """The question that ranks the candidates: numbered passages, the answer their numbers
+    most relevant first. An answer that skips numbers is completed in the given order; one
+    that names too few real numbers is sent back once."""
+    from kbpg_db.llm import Request
+
+    n = len(documents)
+    passages = "\n\n".join(
+        f"[{i}] {' '.join(d.split())[:LLM_PASSAGE_CHARS]}" for i, d in enumerate(documents, 1)
+    )
+
+    def validate(value: Any) -> list[int]:
+        ranking = value.get("ranking") if isinstance(value, dict) else None
+        if not isinstance(ranking, list):
+            raise ValueError('answer {"ranking": [passage numbers, most relevant first]}')
+        seen: list[int] = []
+        for x in ranking:
+            if isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n and x not in seen:
+                seen.append(x)
+        if len(seen) < (n + 1) // 2:
+            raise ValueError(f"the ranking must list the passage numbers 1 to {n}, each once")
+        return seen + [i for i in range(1, n + 1) if i not in seen]
+
+    return Request(
+        "rerank",
+        [
+            {
+                "role": "system",
+                "content": "You rank passages by how well they answer a search query. "
+                "Judge by meaning, not by shared words.",
+            },
+            {
+                "role": "user",
+                "content": f"Query: {query}\n\nPassages:\n{passages}\n\n"
+                f'Return JSON {{"ranking": [...]}}: the numbers 1 to {n}, each once, the '
+                "passage that best answers the query first.",
+            },
+        ],
+        _RANKING_SCHEMA,
+        validate,
+        max_tokens=8 * n + 32,
+    )
+
+
+def llm_rerank(
+    plpy: Any, cfg: dict[str, Any], query: str, documents: list[str]
+) -> tuple[list[float], dict[str, Any]]:
+    """Scores from a chat model's listwise ranking: 1.0 for its first pick down to 1/n for
+    its last, in the documents' order, and the call's usage. Cached in kb.llm_call where
+    this role may write it (not on a read-only standby) and in this server process."""
+    from kbpg_db import llm
+    from kbpg_db.config import LlmSettings
+
+    settings = LlmSettings.model_validate(
+        {
+            "model": cfg["rerank_model"][len(LLM_PREFIX) :],
+            "api_base": cfg.get("rerank_api_base"),
+            "api_key_name": cfg.get("rerank_api_key_name"),
+            "request_timeout_s": 60.0,
+            "max_retries": 2,
+        }
+    )
+    read_only = plpy.execute("SELECT current_setting('transaction_read_only') = 'on' AS ro")
+    layer = llm.layer(plpy, settings, writable=not read_only[0]["ro"], capped=False)
+    req = listwise_request(query, documents)
+    key = llm.request_key(settings, req)
+    order = _ANSWERS.get(key)
+    if order is None:
+        order = layer.ask(req)
+        if len(_ANSWERS) >= _ANSWERS_LIMIT:
+            _ANSWERS.clear()
+        _ANSWERS[key] = order
+    else:
+        layer.usage.cache_hits += 1
+    n = len(documents)
+    scores = [0.0] * n
+    for position, number in enumerate(order):
+        scores[number - 1] = (n - position) / n
+    return scores, {"model": settings.model, **layer.usage.as_json()}
+
+
+def rerank_for(plpy: Any, cfg: dict[str, Any], query: str, documents: list[str]) -> dict[str, Any]:
+    """kb._rerank's row: a score per document for the query by the retrieval config's
+    rerank model (its key read from ``kb.<rerank_api_key_name>`` or the environment), and
+    what an LLM reranking cost (NULL for the other models)."""
+    import json
+
     from kbpg_db import keys
+    from kbpg_db.llm import LlmError
     from kbpg_db.sqlstates import EXTERNAL_FAILURE, INVALID_PARAMETER, SqlError
 
-    model = cfg.get("rerank_model")
+    model = cfg.get("rerank_model") or ""
+    if model.startswith(LLM_PREFIX) and documents:
+        try:
+            scores, usage = llm_rerank(plpy, cfg, query, list(documents))
+        except LlmError as exc:
+            raise SqlError(f"rerank with {model} failed: {exc}", EXTERNAL_FAILURE) from None
+        return {"scores": scores, "usage": json.dumps({"llm": usage})}
     key = keys.for_model(plpy, cfg.get("rerank_api_key_name"), model)
     try:
-        return rerank(model, query, list(documents), cfg.get("rerank_api_base"), key)
+        scores = rerank(model, query, list(documents), cfg.get("rerank_api_base"), key)
     except ValueError as exc:
         raise SqlError(str(exc), INVALID_PARAMETER) from None
     except Exception as exc:
         raise SqlError(f"rerank failed: {exc}", EXTERNAL_FAILURE) from None
+    return {"scores": scores, "usage": None}

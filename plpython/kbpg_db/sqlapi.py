@@ -233,7 +233,7 @@ def bm25_cache_stats(plpy: Any) -> dict[str, Any]:
     return bm25.cache_stats(budget)
 
 
-def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -> list[float]:
+def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -> dict[str, Any]:
     from kbpg_db import reranking
 
     return _call(plpy, reranking.rerank_for, plpy, _json(retrieval_config), query, documents)

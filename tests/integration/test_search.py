@@ -392,6 +392,55 @@ def test_rerank_remote(client: Client, conn: psycopg.Connection, provider: FakeP
     assert len(thresholded) == 1
 
 
+def test_rerank_by_a_chat_model_ranks_the_candidates_in_one_cached_call(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """rerank_model "llm:...": one listwise call (real HTTP, litellm in the server), the
+    passages in the order the model answers, its cost in usage, the answer cached."""
+    build(
+        client,
+        conn,
+        provider,
+        retrieval={
+            "rerank_model": "llm:openai/ranker",
+            "rerank_api_base": provider.url,
+            "rerank_api_key_name": "FAKE_KEY",
+        },
+    )
+    asked: list[list[str]] = []
+
+    def rank(body: dict[str, Any]) -> str:
+        prompt = body["messages"][-1]["content"]
+        passages = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.M)
+        asked.append([text for _, text in passages])
+        # The model puts the passage about tea first, then the others reversed.
+        tea = [int(n) for n, text in passages if re.search(r"\btea\b", text)]
+        rest = [int(n) for n, _ in reversed(passages) if int(n) not in tea]
+        return json.dumps({"ranking": tea + rest})
+
+    provider.chat = rank
+    rows = client.explain_search("kb1", "a hot drink", top_k=3, rerank=True, candidate_count=6)
+    assert len(provider.chat_calls) == 1 and len(asked[0]) == 6
+    assert rows[0]["title"] == "tea"
+    assert [r["rerank_rank"] for r in rows] == [1, 2, 3]
+    assert [r["rerank_score"] for r in rows] == [1.0, 5 / 6, 4 / 6]
+    usage = rows[0]["usage"]["rerank"]
+    assert usage["model"] == "llm:openai/ranker" and usage["documents"] == 6
+    assert usage["llm"]["calls"] == 1 and usage["llm"]["prompt_tokens"] > 0
+    # The same question over the same candidates: answered from the cache.
+    again = client.explain_search("kb1", "a hot drink", top_k=3, rerank=True, candidate_count=6)
+    assert len(provider.chat_calls) == 1
+    assert again[0]["usage"]["rerank"]["llm"]["cache_hits"] == 1
+    assert [r["chunk_id"] for r in again] == [r["chunk_id"] for r in rows]
+    # An answer that never names the passages is sent back once, then fails clearly.
+    provider.chat = lambda body: json.dumps({"ranking": [99]})
+    with pytest.raises(Exception, match="rerank with llm:openai/ranker failed"):
+        client.search("kb1", "cats", rerank=True, candidate_count=4)
+    assert len(provider.chat_calls) == 3
+    with pytest.raises(ConfigError, match='rerank_model "llm:" names no model'):
+        client.search("kb1", "cats", rerank=True, rerank_model="llm:")
+
+
 def test_halfvec_for_large_models(client: Client, conn: psycopg.Connection) -> None:
     with FakeProvider(dim=3072) as big:
         remote_kb(client, conn, big, "big")
