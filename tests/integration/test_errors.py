@@ -348,6 +348,19 @@ CASES = [
         hint="kb.list_knowledge_bases() lists them",
     ),
     Case(
+        "index_generations",
+        "SELECT * FROM kb.index_generations('nope')",
+        "P0002",
+        'knowledge base "nope" does not exist',
+        hint="kb.list_knowledge_bases() lists them",
+    ),
+    Case(
+        "index_generations",
+        "SELECT * FROM kb.index_generations(NULL)",
+        "22004",
+        "knowledge base name must not be null",
+    ),
+    Case(
         "prefetch_embeddings",
         "SELECT kb.prefetch_embeddings(1, ARRAY[1], ' ')",
         "22023",
