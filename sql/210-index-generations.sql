@@ -216,7 +216,7 @@ COMMENT ON FUNCTION kb._maybe_activate(integer, bigint) IS
   'Internal: switches a KB to a finished index generation and drops the previous one.';
 
 
-CREATE OR REPLACE FUNCTION kb.index_generations(kb_name text)
+CREATE OR REPLACE FUNCTION kb.index_generations(kb_name text, latest integer DEFAULT NULL)
 RETURNS TABLE (index_id bigint, status text, serving boolean, strategy text,
                indexing_config jsonb, embedding_model text, chunks bigint, jobs_done bigint,
                jobs_waiting bigint, jobs_failed bigint, error text, created_at timestamptz,
@@ -224,19 +224,23 @@ RETURNS TABLE (index_id bigint, status text, serving boolean, strategy text,
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+  -- The newest generations first, then their jobs counted (jobs stay after they finish:
+  -- a KB's older generations are not counted when only the latest are asked for).
   SELECT ix.id, ix.status, ix.id = k.active_index_id, ix.indexing_config->>'strategy',
-         ix.indexing_config, ix.embedding_model, ix.n_chunks,
-         count(*) FILTER (WHERE j.status = 'done'),
-         count(*) FILTER (WHERE j.status IN ('queued', 'running')),
-         count(*) FILTER (WHERE j.status = 'failed'),
+         ix.indexing_config, ix.embedding_model, ix.n_chunks, j.done, j.waiting, j.failed,
          ix.error, ix.created_at, ix.activated_at
   FROM kb._get_kb(kb_name) k
-  JOIN kb.kb_index ix ON ix.kb_id = k.id
-  LEFT JOIN kb.job j ON j.kb_id = ix.kb_id AND j.index_id = ix.id
-  GROUP BY ix.kb_id, ix.id, k.active_index_id
+  CROSS JOIN LATERAL (SELECT * FROM kb.kb_index i WHERE i.kb_id = k.id
+                      ORDER BY i.id DESC LIMIT latest) ix
+  CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE jb.status = 'done') AS done,
+           count(*) FILTER (WHERE jb.status IN ('queued', 'running')) AS waiting,
+           count(*) FILTER (WHERE jb.status = 'failed') AS failed
+    FROM kb.job jb WHERE jb.kb_id = ix.kb_id AND jb.index_id = ix.id) j
   ORDER BY ix.id DESC
 $$;
-COMMENT ON FUNCTION kb.index_generations(text) IS
-  'A knowledge base''s index generations, newest first: which one serves, each one''s '
-  'strategy and settings, its chunks, its jobs done, waiting and failed, and a failed '
+COMMENT ON FUNCTION kb.index_generations(text, integer) IS
+  'A knowledge base''s index generations, newest first (the latest ones only, when given): '
+  'which one serves, each one''s strategy and settings, its chunks, its jobs done, waiting '
+  'and failed, and a failed '
   'one''s error (the Retrieval Lab''s progress bar reads it).';

@@ -140,16 +140,26 @@ def kbs(request: Request) -> Response:
     return _json(rows)
 
 
+def _found(rows: list[dict[str, Any]], kb: str) -> list[dict[str, Any]]:
+    """The rows of a query on one knowledge base's row, or the error naming it."""
+    if not rows:
+        raise LabError(
+            f'knowledge base "{kb}" does not exist', 404, "kb.list_knowledge_bases() lists them"
+        )
+    return rows
+
+
 def kb_info(request: Request) -> Response:
     name = request.path_params["kb"]
+    # A KB's indexing_config is its serving generation's (kb._knowledge_base_check).
     rows = _lab(request).query(
-        "SELECT k.name, k.retrieval_config, g.indexing_config, g.strategy, "
+        "SELECT k.name, k.retrieval_config, k.indexing_config, "
+        "k.indexing_config->>'strategy' AS strategy, "
         "(SELECT l.access FROM kb.list_knowledge_bases() l WHERE l.name = k.name) AS access "
-        "FROM kb.index_generations(%s) g JOIN kb.knowledge_base k ON k.name = %s "
-        "WHERE g.serving",
-        (name, name),
+        "FROM kb.knowledge_base k WHERE k.name = %s",
+        (name,),
     )
-    info = rows[0]
+    info = _found(rows, name)[0]
     # What the form offers: the methods this KB serves, and only settings it reads.
     spec = config.STRATEGIES.get(info["strategy"])
     info["methods"] = list(spec.methods) if spec is not None else list(config.METHODS)
@@ -218,7 +228,7 @@ def progress(request: Request) -> Response:
     rows = lab.query(
         "SELECT index_id AS id, status, error, serving, jobs_done AS done, "
         "jobs_waiting AS waiting, jobs_failed AS failed "
-        "FROM kb.index_generations(%s) LIMIT 3",
+        "FROM kb.index_generations(%s, latest => 3)",
         (name,),
     )
     return _json(rows)
@@ -276,12 +286,11 @@ def preset_diff(lab: Lab, data: dict[str, Any]) -> Response:
     kb = _str(data, "kb")
     rows = lab.query(
         "SELECT k.retrieval_config AS current, kb.validate_config('retrieval_config', "
-        "k.retrieval_config || %s::jsonb, g.strategy) AS proposed "
-        "FROM kb.index_generations(%s) g JOIN kb.knowledge_base k ON k.name = %s "
-        "WHERE g.serving",
-        (Json(_config(data)), kb, kb),
+        "k.retrieval_config || %s::jsonb, k.indexing_config->>'strategy') AS proposed "
+        "FROM kb.knowledge_base k WHERE k.name = %s",
+        (Json(_config(data)), kb),
     )
-    cur, new = rows[0]["current"], rows[0]["proposed"]
+    cur, new = _found(rows, kb)[0]["current"], rows[0]["proposed"]
     diff = [
         {"field": key, "from": cur.get(key), "to": new.get(key)}
         for key in sorted(set(cur) | set(new))
@@ -293,12 +302,11 @@ def preset_diff(lab: Lab, data: dict[str, Any]) -> Response:
 def preset_apply(lab: Lab, data: dict[str, Any]) -> Response:
     kb = _str(data, "kb")
     rows = lab.query(
-        "SELECT kb.set_retrieval_config(%s, k.retrieval_config || %s::jsonb) AS cfg "
-        "FROM kb.index_generations(%s) g JOIN kb.knowledge_base k ON k.name = %s "
-        "WHERE g.serving",
-        (kb, Json(_config(data)), kb, kb),
+        "SELECT kb.set_retrieval_config(k.name, k.retrieval_config || %s::jsonb) AS cfg "
+        "FROM kb.knowledge_base k WHERE k.name = %s",
+        (Json(_config(data)), kb),
     )
-    return JSONResponse({"retrieval_config": rows[0]["cfg"]})
+    return JSONResponse({"retrieval_config": _found(rows, kb)[0]["cfg"]})
 
 
 def rechunk(lab: Lab, data: dict[str, Any]) -> Response:

@@ -431,6 +431,12 @@ def test_lab_serves_requests_side_by_side_and_offers_only_what_a_kb_reads(
     for unused in ("max_documents", "toc_token_budget", "reference_expansion", "graph_weight"):
         assert unused not in info["retrieval_config"], unused
     assert "vector_weight" in info["retrieval_config"]
+    # A knowledge base that does not exist is named, with the way to list them.
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(base + "api/kb/nope")
+    assert missing.value.code == 404
+    body = json.loads(missing.value.read())
+    assert body["error"] == 'knowledge base "nope" does not exist'
     # A test query must expect documents the KB holds.
     page = urllib.request.urlopen(base).read().decode()
     csrf = page.split('data-csrf="')[1].split('"')[0]

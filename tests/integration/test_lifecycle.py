@@ -215,6 +215,8 @@ def test_index_generations_show_which_serves_and_their_jobs(
         ("building", False, "chunk_embed", "128", 0, 2, 0),
         ("active", True, "chunk_embed", "64", 2, 0, 0),
     ]
+    latest = "SELECT status, serving FROM kb.index_generations('gens', latest => 1)"
+    assert conn.execute(latest).fetchall() == [("building", False)]
     run_worker(dsn)
     first = conn.execute("SELECT status, serving, chunks > 0 FROM kb.index_generations('gens')")
     assert first.fetchone() == ("active", True, True)
