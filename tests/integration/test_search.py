@@ -112,6 +112,36 @@ def test_bm25_matches_independent_computation(
             assert block == pytest.approx(score, abs=1e-6)
 
 
+def test_bm25_k1_left_unset_follows_the_method(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """full_text alone scores with k1 1.5, hybrid's BM25 channel with 1.2; a k1 the KB or
+    the call sets is used by both."""
+    build(client, conn, provider)
+    query = "cats hunt mice"
+    assert client.knowledge_base("kb1")["retrieval_config"]["bm25_k1"] is None
+
+    def scores(method: str, **options: Any) -> dict[int, float]:
+        rows = client.search("kb1", query, method=method, top_k=100, **options)
+        return {r.chunk_id: r.bm25_score for r in rows if r.bm25_score is not None}
+
+    def assert_scored(got: dict[int, float], k1: float) -> None:
+        expected = python_bm25(conn, "kb1", query, k1)
+        assert got and set(got) <= set(expected)
+        for cid, score in got.items():
+            assert score == pytest.approx(expected[cid], abs=1e-6), (cid, k1)
+
+    assert_scored(scores("full_text"), 1.5)
+    assert_scored(scores("hybrid"), 1.2)
+    assert_scored(scores("full_text", k1=1.2), 1.2)
+    conn.execute(
+        "SELECT kb.set_retrieval_config('kb1', %s::jsonb)",
+        (json.dumps({"method": "full_text", "bm25_k1": 0.9}),),
+    )
+    assert_scored(scores("full_text"), 0.9)
+    assert_scored(scores("hybrid"), 0.9)
+
+
 def test_bm25_statistics_stay_exact(
     client: Client, conn: psycopg.Connection, provider: FakeProvider
 ) -> None:
@@ -129,7 +159,7 @@ def test_bm25_statistics_stay_exact(
     assert expected != before
     got = {
         r.chunk_id: r.score
-        for r in client.search("kb1", "cats mice", method="full_text", top_k=100)
+        for r in client.search("kb1", "cats mice", method="full_text", top_k=100, k1=1.2)
     }
     assert got.keys() == expected.keys()
     for cid, score in expected.items():
