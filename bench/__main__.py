@@ -30,6 +30,7 @@ GROUPS = (
     "rls",
     "graph",
     "docs",
+    "directions",
     "codegraph",
     "ingest",
     "startup",

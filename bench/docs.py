@@ -48,7 +48,10 @@ def bench_docs(dsn: str, quick: bool) -> dict[str, Any]:
     return out
 
 
-def _bench_docs_set(dsn: str, name: str, quick: bool) -> dict[str, Any]:
+def ensure_docs_kb(dsn: str, name: str) -> dict[str, Any]:
+    """The KB ``bench-NAME`` of a documentation set, built from its pages unless it holds
+    them all, with the set's questions as its test set ``docs``: its pages, questions,
+    chunks, failed pages (and indexing seconds where it was built)."""
     import psycopg
 
     from kbpg.worker import Worker
@@ -91,6 +94,13 @@ def _bench_docs_set(dsn: str, name: str, quick: bool) -> dict[str, Any]:
                 "SELECT kb.add_test_query(%s, 'docs', %s, %s)",
                 [(kb, q["query"], q["expected"]) for q in questions],
             )
+    return out
+
+
+def _bench_docs_set(dsn: str, name: str, quick: bool) -> dict[str, Any]:
+    kb = f"bench-{name}"
+    out = ensure_docs_kb(dsn, name)
+    questions = out["questions"]
     conn = fresh_search_conn(dsn)
     for label, options in DOCS_RUNS[: 4 if quick else None]:
         say(f"{name}: {label}")
@@ -100,7 +110,7 @@ def _bench_docs_set(dsn: str, name: str, quick: bool) -> dict[str, Any]:
             (kb, json.dumps(options)),
         ).fetchone()
         run = run[0]
-        per_query_ms = (time.perf_counter() - t0) * 1000 / len(questions)
+        per_query_ms = (time.perf_counter() - t0) * 1000 / questions
         m = run["metrics"]
         out[label] = {
             "success@1": float(m["success_at_1"]),

@@ -7,19 +7,28 @@ from typing import Any
 from bench.common import say, scifact_dir, ts_rank_cd_run
 
 
-def bench_quality(dsn: str, quick: bool) -> dict[str, Any]:
-    from kbpg.client import Client
-    from kbpg.evaluate import EVAL_CONFIG, ensure_loaded, evaluate, load_beir, metrics
+def scifact_set(quick: bool) -> tuple[Any, str]:
+    """SciFact's test split and the KB it is indexed in; quick: 50 queries over their
+    judged documents plus 400 others."""
+    from kbpg.evaluate import load_beir
 
     data = load_beir(scifact_dir(), "test")
-    if quick:  # every judged document plus a slice of the rest, and 50 queries
-        keep_q = dict(list(data.queries.items())[:50])
-        judged = {d for q in keep_q for d in data.qrels[q]}
-        extra = [d for d in data.corpus if d not in judged][:400]
-        data.corpus = {d: data.corpus[d] for d in [*judged, *extra] if d in data.corpus}
-        data.queries = keep_q
-        data.qrels = {q: data.qrels[q] for q in keep_q}
-    kb = "bench-scifact-quick" if quick else "beir-scifact"
+    if not quick:
+        return data, "beir-scifact"
+    keep_q = dict(list(data.queries.items())[:50])
+    judged = {d for q in keep_q for d in data.qrels[q]}
+    extra = [d for d in data.corpus if d not in judged][:400]
+    data.corpus = {d: data.corpus[d] for d in [*judged, *extra] if d in data.corpus}
+    data.queries = keep_q
+    data.qrels = {q: data.qrels[q] for q in keep_q}
+    return data, "bench-scifact-quick"
+
+
+def bench_quality(dsn: str, quick: bool) -> dict[str, Any]:
+    from kbpg.client import Client
+    from kbpg.evaluate import EVAL_CONFIG, ensure_loaded, evaluate, metrics
+
+    data, kb = scifact_set(quick)
     out: dict[str, Any] = {
         "workload": f"BEIR SciFact test, {len(data.queries)} queries, "
         f"{len(data.corpus)} documents (title + text), default config "

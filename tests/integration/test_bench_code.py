@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from kbpg_db import config
 
 from bench import common
+from bench.directions import (
+    DIRECTIONS,
+    Question,
+    Replay,
+    fuse,
+    plain,
+    ranked,
+    replay_set,
+    score,
+)
 from bench.scale import bench_scale
+from kbpg.client import Client
+from tests.fakeprovider import FakeProvider
+from tests.helpers import remote_kb, run_worker
 
 
 @pytest.fixture
@@ -64,3 +78,45 @@ def test_scale_bench_measures_a_small_kb_before_and_beside_a_large_one(
         assert r["hybrid"]["p50_ms"] > 0 and r["parts"]["bm25_search_100"]["p50_ms"] > 0
     again = bench_scale(dsn, quick=True)  # the large KB is reused: no "before"
     assert "200_before" not in again and "build_seconds" not in again
+
+
+def test_directions_replay_ranks_as_search_does(
+    client: Client, conn: psycopg.Connection, dsn: str, provider: FakeProvider
+) -> None:
+    """The directions group's defaults are kb.search itself: the same BM25 top 10 for
+    full_text, the same hybrid order, and its scores are kb.score_query's."""
+    remote_kb(client, conn, provider, "replay")
+    corpus = {
+        "cats": "Cats are small felines. A cat sleeps most of the day and hunts mice.",
+        "mice": "Mice are small rodents. Field mice eat seeds; cats hunt mice at night.",
+        "tea": "Green tea is brewed at 80 degrees. Black tea takes boiling water.",
+        "coffee": "Espresso is coffee brewed under pressure. Coffee beans are roasted seeds.",
+        "bread": "Bread dough rises with yeast. Sourdough bread uses a starter.",
+    }
+    for title, text in corpus.items():
+        client.add_text("replay", title, text)
+    run_worker(dsn)
+    asked = [("cats hunt mice", "mice"), ("coffee brewed", "coffee"), ("bread yeast", "bread")]
+    questions = [Question(text, [title], {}) for text, title in asked]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SET kb.fake_key = 'test-key'")
+        replay = Replay(c, "replay", questions, beir=False)
+        for q in questions:
+            hybrid = [
+                r[0]
+                for r in c.execute(
+                    "SELECT chunk_id FROM kb.search('replay', %s, top_k => 10)", (q.text,)
+                ).fetchall()
+            ]
+            channel = replay.top(plain(replay, q, config.BM25_K1))
+            assert hybrid and ranked(fuse(q.vector, channel, q.vector_weight, "zscore")) == hybrid
+            scored = c.execute(
+                "SELECT kb.score_query('replay', %s, %s)", (q.text, q.expected)
+            ).fetchone()[0]
+            mine = score(replay, q, hybrid)
+            assert mine["mrr@10"] == pytest.approx(float(scored["rr"]))
+            assert mine["ndcg@10"] == pytest.approx(float(scored["ndcg"]), abs=1e-4)
+        out = replay_set(replay)
+    assert out["bm25_replay"] == 1.0
+    assert {d.label for d in DIRECTIONS} <= set(out)
+    assert out["defaults"]["full_text"]["success@5"] == 1.0  # each question names its answer

@@ -1,0 +1,362 @@
+"""directions: ranking ideas replayed offline on the three sets, each beside the defaults.
+
+Each set's questions are searched once per channel through ``kb.search`` (method vector
+and full_text, top 100, the fusion depth) and the KB's BM25 postings are read once from
+``kb.posting``. A direction then rescores or refuses those lists in Python the way
+``kb.search`` fuses them (z-scores, vector_weight 0.5 plus plain_query_shift 0.2 where
+``kb.search`` gives it to the question) and is scored as ``kb.score_query`` scores a
+documentation question (Success@1, Success@5, MRR@10, nDCG@10) and ``kbpg evaluate`` a
+SciFact one (nDCG@10, documents ranked by their best chunk). The ``defaults`` row replays
+``kb.search`` itself: its figures are those of the docs and quality groups, and
+``bm25_replay`` is the share of questions whose full_text top 10 here is the SQL's, chunk
+for chunk. BM25 scores with kb.search's default k1 for each: 1.5 for full_text, 1.2 in the
+hybrid's list, unless a direction sets it.
+
+A direction becomes a default only where it wins on all three sets; docs/performance.md
+says what each gives.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kbpg_db import config
+
+from bench.common import say
+
+DEPTH = 100  # kb.search's fusion_depth default: each channel's list is this long
+B = 0.75  # kb.search's bm25_b default
+
+
+@dataclass
+class Question:
+    text: str
+    expected: list[str]  # documentation: titles or "title › section" paths; SciFact: ids
+    rel: dict[str, int]  # SciFact's judgements (empty for documentation)
+    terms: list[int] = field(default_factory=list)  # its lexemes the index holds
+    vector: list[tuple[int, float]] = field(default_factory=list)
+    full_text: list[tuple[int, float]] = field(default_factory=list)  # the SQL's BM25 list
+    vector_weight: float = 0.5  # kb.search's, plain_query_shift included
+
+
+class Replay:
+    """One KB's serving index held in memory: postings by term and by chunk, and each
+    chunk's title, path, document and position."""
+
+    def __init__(self, conn: Any, kb: str, questions: list[Question], beir: bool) -> None:
+        self.kb, self.beir, self.questions = kb, beir, questions
+        row = conn.execute(
+            "SELECT k.id, i.id, i.n_chunks, i.total_len, i.indexing_config "
+            "FROM kb.knowledge_base k JOIN kb.kb_index i ON i.id = k.active_index_id "
+            "WHERE k.name = %s",
+            (kb,),
+        ).fetchone()
+        if row is None:
+            raise SystemExit(f"directions: no serving index in KB {kb!r}")
+        kb_id, ix, n, total, cfg = row
+        post = conn.execute(
+            "SELECT lexeme, chunk_id, tf, dl FROM kb.posting WHERE index_id = %s AND kb_id = %s",
+            (ix, kb_id),
+        ).fetchall()
+        self.lexemes = sorted({p[0] for p in post})
+        index = {lex: i for i, lex in enumerate(self.lexemes)}
+        term = np.array([index[p[0]] for p in post], dtype=np.int64)
+        chunk = np.array([p[1] for p in post], dtype=np.int64)
+        tf = np.array([p[2] for p in post], dtype=np.float64)
+        dl = np.array([p[3] for p in post], dtype=np.float64)
+        self.ids = np.unique(chunk)
+        at = np.searchsorted(self.ids, chunk)
+        df = np.bincount(term, minlength=len(self.lexemes))
+        self.df = df
+        self.idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+        self.avgdl = total / max(n, 1)
+        by_term = np.argsort(term, kind="stable")
+        self.term_bounds = np.searchsorted(term[by_term], np.arange(len(self.lexemes) + 1))
+        self.term_rows, self.term_tf, self.term_dl = at[by_term], tf[by_term], dl[by_term]
+        by_chunk = np.argsort(at, kind="stable")
+        self.chunk_bounds = np.searchsorted(at[by_chunk], np.arange(len(self.ids) + 1))
+        self.chunk_terms, self.chunk_tf = term[by_chunk], tf[by_chunk]
+        self.dl = np.zeros(len(self.ids))
+        self.dl[at] = dl
+        self.title: dict[int, str] = {}
+        self.path: dict[int, str] = {}
+        self.place: dict[int, tuple[int, int]] = {}
+        for cid, title, heads, doc, ordinal in conn.execute(
+            "SELECT c.id, d.title, c.heading_path, c.document_id, c.ordinal "
+            "FROM kb.chunk c JOIN kb.document d ON d.id = c.document_id AND d.kb_id = c.kb_id "
+            "WHERE c.kb_id = %s AND c.index_id = %s",
+            (kb_id, ix),
+        ):
+            self.title[cid] = title
+            self.path[cid] = " › ".join([title, *heads])
+            self.place[cid] = (doc, ordinal)
+        for q in questions:
+            lex = conn.execute(
+                "SELECT kb._config_lexemes(%s::jsonb, %s)", (json.dumps(cfg), q.text)
+            ).fetchone()
+            q.terms = sorted({index[x] for x in (lex[0] if lex else None) or [] if x in index})
+            for method in ("vector", "full_text"):
+                rows = conn.execute(
+                    "SELECT chunk_id, score FROM kb.search(%s, %s, options => %s::jsonb)",
+                    (kb, q.text, json.dumps({"method": method, "top_k": DEPTH})),
+                ).fetchall()
+                setattr(q, method, [(int(c), float(s)) for c, s in rows])
+            used = conn.execute(
+                "SELECT usage->'fusion'->>'vector_weight' FROM kb.search(%s, %s, options => "
+                "%s::jsonb) LIMIT 1",
+                (kb, q.text, json.dumps({"method": "hybrid", "fusion": "zscore", "top_k": 1})),
+            ).fetchone()
+            q.vector_weight = float(used[0]) if used and used[0] is not None else 0.5
+
+    def bm25(
+        self, weights: dict[int, float], k1: float, b: float = B, delta: float = 0.0
+    ) -> np.ndarray:
+        """Every chunk's BM25 score for terms weighted ``weights`` (BM25+ with delta)."""
+        out = np.zeros(len(self.ids))
+        for t, w in weights.items():
+            lo, hi = self.term_bounds[t], self.term_bounds[t + 1]
+            tf, dl = self.term_tf[lo:hi], self.term_dl[lo:hi]
+            part = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / self.avgdl)) + delta
+            np.add.at(out, self.term_rows[lo:hi], w * self.idf[t] * part)
+        return out
+
+    def top(self, scores: np.ndarray, k: int = DEPTH) -> list[tuple[int, float]]:
+        """The k best (chunk id, score), by score then chunk id as the SQL orders them."""
+        k = min(k, int(np.count_nonzero(scores > 0)))
+        if k == 0:
+            return []
+        pick = np.argpartition(-scores, k - 1)[:k]
+        pick = pick[np.lexsort((self.ids[pick], -scores[pick]))]
+        return [(int(self.ids[i]), float(scores[i])) for i in pick]
+
+    def feedback(
+        self, q: Question, k1: float, chunks: int, terms: int, keep: float, one_per_section: bool
+    ) -> np.ndarray:
+        """RM3: the first pass's best chunks (one per section or document) weighted by
+        their scores; each word's share of them; the ``terms`` most likely words join the
+        query, which keeps ``keep`` of the weight."""
+        base = dict.fromkeys(q.terms, 1.0)
+        first = self.bm25(base, k1)
+        rows: list[int] = []
+        seen: set[str] = set()
+        for cid, _ in self.top(first, 3 * chunks):
+            label = self.path[cid]
+            if one_per_section and label in seen:
+                continue
+            seen.add(label)
+            rows.append(int(np.searchsorted(self.ids, cid)))
+            if len(rows) == chunks:
+                break
+        if not rows:
+            return first
+        weight = first[rows] / first[rows].sum()
+        model = np.zeros(len(self.lexemes))
+        for r, w in zip(rows, weight, strict=True):
+            a, b = self.chunk_bounds[r], self.chunk_bounds[r + 1]
+            np.add.at(model, self.chunk_terms[a:b], w * self.chunk_tf[a:b] / self.dl[r])
+        best = np.argsort(-model)[:terms]
+        mass = float(model[best].sum())
+        weights = {t: keep for t in base}
+        for t in best:
+            weights[int(t)] = weights.get(int(t), 0.0) + (1 - keep) * len(base) * model[t] / mass
+        return self.bm25(weights, k1)
+
+
+def _z(scores: list[float]) -> list[float]:
+    if len(scores) < 2:
+        return [0.0] * len(scores)
+    mean = sum(scores) / len(scores)
+    sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    return [(s - mean) / sd if sd else 0.0 for s in scores]
+
+
+def fuse(
+    vector: list[tuple[int, float]], text: list[tuple[int, float]], w: float, how: str
+) -> dict[int, float]:
+    """kb.search's zscore fusion: each list's scores as z-scores, a chunk missing from a
+    list one below that list's lowest. ``how`` "minmax": scores scaled to 0..1 instead, a
+    miss counting as the list's lowest; "zcap": BM25's z-scores capped at 2.5; "log": the
+    z-scores of ln(1 + BM25)."""
+    if how == "minmax":
+        nv, nt = (_minmax([s for _, s in x]) for x in (vector, text))
+        low_v = low_t = 0.0
+    else:
+        nv = _z([s for _, s in vector])
+        if how == "log":
+            nt = _z([math.log1p(s) for _, s in text])
+        else:
+            nt = _z([s for _, s in text])
+        if how == "zcap":
+            nt = [min(z, 2.5) for z in nt]
+        low_v = min(nv) - 1 if nv else 0.0
+        low_t = min(nt) - 1 if nt else 0.0
+    zv = dict(zip([c for c, _ in vector], nv, strict=True))
+    zt = dict(zip([c for c, _ in text], nt, strict=True))
+    return {c: w * zv.get(c, low_v) + (1 - w) * zt.get(c, low_t) for c in {*zv, *zt}}
+
+
+def _minmax(scores: list[float]) -> list[float]:
+    lo, hi = min(scores, default=0.0), max(scores, default=0.0)
+    return [(s - lo) / (hi - lo) if hi > lo else 0.0 for s in scores]
+
+
+def ranked(scores: dict[int, float]) -> list[int]:
+    return sorted(scores, key=lambda c: (-scores[c], c))
+
+
+def lift(replay: Replay, scores: dict[int, float], by: str, share: float) -> dict[int, float]:
+    """Each candidate plus ``share`` times the best (positive) score of its neighbouring
+    chunks (``by`` "neighbour": the chunks just before and after it) or of the other
+    chunks of its section or document (``by`` "section", "document") among the
+    candidates."""
+    at = {replay.place[c]: s for c, s in scores.items()}
+    group: dict[Any, list[tuple[float, int]]] = {}
+    key: Callable[[int], Any] = (
+        (lambda c: replay.path[c]) if by == "section" else (lambda c: replay.place[c][0])
+    )
+    for c, s in scores.items():
+        group.setdefault(key(c), []).append((s, c))
+    out = {}
+    for c, s in scores.items():
+        doc, pos = replay.place[c]
+        if by == "neighbour":
+            near = [at[(doc, pos + d)] for d in (-1, 1) if (doc, pos + d) in at]
+        else:
+            near = [x for x, other in group[key(c)] if other != c]
+        out[c] = s + share * max(0.0, *near) if near else s
+    return out
+
+
+def score(replay: Replay, q: Question, order: list[int]) -> dict[str, float]:
+    """kb.score_query's measures for a documentation question; nDCG@10 over documents
+    ranked by their best chunk for a SciFact one."""
+    if replay.beir:
+        docs = list(dict.fromkeys(replay.title[c] for c in order))[:10]
+        dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(docs) if q.rel.get(d, 0) > 0)
+        n_rel = sum(1 for v in q.rel.values() if v > 0)
+        ideal = sum(1 / math.log2(i + 2) for i in range(min(10, n_rel)))
+        return {"ndcg@10": dcg / ideal if ideal else 0.0}
+    found: dict[str, int] = {}
+    for rank, c in enumerate(order[:10], start=1):
+        title, path = replay.title[c], replay.path[c]
+        for e in q.expected:
+            if e not in found and (title == e or path == e or path.startswith(e + " › ")):
+                found[e] = rank
+    first = min(found.values(), default=None)
+    ideal = sum(1 / math.log2(i + 1) for i in range(1, min(len(q.expected), 10) + 1))
+    return {
+        "success@1": float(first == 1),
+        "success@5": float(first is not None and first <= 5),
+        "mrr@10": 1 / first if first else 0.0,
+        "ndcg@10": sum(1 / math.log2(r + 1) for r in found.values()) / ideal,
+    }
+
+
+def mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(sum(r[k] for r in rows) / len(rows), 4) for k in rows[0]}
+
+
+def plain(r: Replay, q: Question, k1: float) -> np.ndarray:
+    return r.bm25(dict.fromkeys(q.terms, 1.0), k1)
+
+
+@dataclass(frozen=True)
+class Direction:
+    """A change to the defaults: the question's BM25 scores (given the default k1 of the
+    method), the fusion and its depth, and a lift of candidates by the chunks around them."""
+
+    label: str
+    bm25: Callable[[Replay, Question, float], np.ndarray] = plain
+    fusion: str = "zscore"
+    depth: int = DEPTH
+    lift: tuple[str, float] | None = None
+
+
+DIRECTIONS = [
+    Direction("defaults"),
+    Direction("fusion depth 50", depth=50),
+    Direction("min-max fusion", fusion="minmax"),
+    Direction("BM25 z-scores capped at 2.5", fusion="zcap"),
+    Direction("z-scores of ln(1 + BM25)", fusion="log"),
+    Direction("BM25 k1 1.2 for both", lambda r, q, k1: plain(r, q, 1.2)),
+    Direction("BM25 k1 1.5 for both", lambda r, q, k1: plain(r, q, 1.5)),
+    Direction(
+        "BM25 k1 0.9, b 0.4 for both",
+        lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), 0.9, 0.4),
+    ),
+    Direction(
+        "BM25+ (delta 0.25)",
+        lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), k1, delta=0.25),
+    ),
+    Direction(
+        "RM3: 10 chunks, 10 words, query keeps 0.5",
+        lambda r, q, k1: r.feedback(q, k1, 10, 10, 0.5, one_per_section=False),
+    ),
+    Direction(
+        "RM3: 10 sections, 10 words, query keeps 0.9",
+        lambda r, q, k1: r.feedback(q, k1, 10, 10, 0.9, one_per_section=True),
+    ),
+    Direction("neighbours: + 0.1 of the better neighbour's score", lift=("neighbour", 0.1)),
+    Direction("section: + 0.1 of its section's best other chunk", lift=("section", 0.1)),
+    Direction("document: + 0.1 of its document's best other chunk", lift=("document", 0.1)),
+]
+
+
+def replay_set(replay: Replay) -> dict[str, Any]:
+    out: dict[str, Any] = {"questions": len(replay.questions)}
+    for d in DIRECTIONS:
+        text_rows, hybrid_rows = [], []
+        same = 0
+        for q in replay.questions:
+            text = replay.top(d.bm25(replay, q, config.BM25_K1_FULL_TEXT))
+            same += [c for c, _ in text[:10]] == [c for c, _ in q.full_text[:10]]
+            text_scores = dict(text)
+            channel = replay.top(d.bm25(replay, q, config.BM25_K1))
+            hybrid = fuse(q.vector[: d.depth], channel[: d.depth], q.vector_weight, d.fusion)
+            if d.lift:
+                text_scores = lift(replay, text_scores, *d.lift)
+                hybrid = lift(replay, hybrid, *d.lift)
+            text_rows.append(score(replay, q, ranked(text_scores)))
+            hybrid_rows.append(score(replay, q, ranked(hybrid)))
+        out[d.label] = {"full_text": mean(text_rows), "hybrid": mean(hybrid_rows)}
+        if d.label == "defaults":
+            out["bm25_replay"] = round(same / len(replay.questions), 3)
+    return out
+
+
+def bench_directions(dsn: str, quick: bool) -> dict[str, Any]:
+    """The directions of DIRECTIONS on data/docs-pg, data/docs-python and SciFact's test
+    split (the KBs the docs and quality groups build, built here where missing)."""
+    import psycopg
+
+    from bench.docs import DOCS_SETS, docs_dir, ensure_docs_kb
+    from bench.quality import scifact_set
+    from kbpg.client import Client
+    from kbpg.evaluate import EVAL_CONFIG, ensure_loaded
+
+    out: dict[str, Any] = {
+        "workload": "each set's vector and BM25 top 100 from kb.search and its postings, "
+        "rescored and fused offline (zscore, vector_weight 0.5, plain_query_shift 0.2) per "
+        "direction; documentation: Success@1/@5, MRR@10, nDCG@10; SciFact: nDCG@10"
+    }
+    sets: list[tuple[str, str, list[Question], bool]] = []
+    for name in DOCS_SETS:
+        ensure_docs_kb(dsn, name)
+        lines = (docs_dir(name) / "questions.jsonl").read_text().splitlines()
+        qs = [Question(d["query"], d["expected"], {}) for d in map(json.loads, lines)]
+        sets.append((name, f"bench-{name}", qs, False))
+    data, kb = scifact_set(quick)
+    with Client(dsn) as client:
+        ensure_loaded(client, dsn, kb, data, concurrency=2, indexing_config=EVAL_CONFIG)
+    qs = [Question(text, [], data.qrels[qid]) for qid, text in data.queries.items()]
+    sets.append(("scifact", kb, qs, True))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, kb, qs, beir in sets:
+            say(f"directions: reading {kb} ({len(qs)} questions)")
+            out[name] = replay_set(Replay(conn, kb, qs, beir))
+    return out
