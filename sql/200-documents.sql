@@ -184,7 +184,7 @@ DECLARE
 BEGIN
   v_kb := kb._get_kb_for_write(kb);
   PERFORM kb._check_document_args(title, metadata, usage_mode);
-  IF content IS NULL OR btrim(content, E' \t\r\n\f\v') = '' THEN
+  IF content IS NULL OR btrim(content, E' \t\r\n\f\x0B') = '' THEN  -- \x0B: vertical tab
     RAISE EXCEPTION 'document "%" has no text', title USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF octet_length(content) > v_limit THEN
