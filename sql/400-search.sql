@@ -234,7 +234,7 @@ BEGIN
   v_lim := CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END;
 
   IF v_method = 'tree_search' THEN
-    -- PageIndex: the LLM reads the trees' ToCs (kbpg_db/tree_search.py); ranks as it chose.
+    -- PageIndex: the LLM reads the trees' ToCs (kbpg_db/features/page_index/tree_search.py); ranks as it chose.
     v_tree := ARRAY(SELECT t FROM kb._tree_search(p_kb_id, v_ix.id, p_query, v_cfg,
                                                   v_ix.indexing_config) t);
     v_prep.note := v_tree[1].note;

@@ -8,11 +8,18 @@ wherever it is caught. Unknown fields are errors, not silently ignored.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from kbpg_db.configbase import LlmSettings, _got, one_of
+from kbpg_db.configbase import Strict as _Strict
+from kbpg_db.features.chunk_embed.settings import ChunkEmbedExtra
+from kbpg_db.features.doc2json.settings import Doc2JsonExtra
+from kbpg_db.features.graph_index.settings import GraphIndexExtra
+from kbpg_db.features.knowledge_graph.settings import KnowledgeGraphSettings
+from kbpg_db.features.page_index.settings import PageIndexExtra
 
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024  # kb.max_document_bytes' default; loaders use it too
 USAGE_MODES = ("rag", "system", "policy")
@@ -57,11 +64,6 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-YesNo = Literal["yes", "no"]
 CHUNKERS = (
     "markdown_header",
     "recursive",
@@ -71,217 +73,6 @@ CHUNKERS = (
     "sentence",
     "semantic",
 )
-
-
-class LlmSettings(_Strict):
-    """The chat model a strategy calls while indexing (through litellm).
-
-    ``model`` is any litellm chat model (``openai/gpt-4o-mini``, ``anthropic/...``,
-    ``ollama/...``) or, with ``api_base``, a model behind any OpenAI-compatible endpoint.
-    Keys come from the session setting ``kb.<api_key_name>`` or the server's environment.
-    """
-
-    model: str | None = Field(
-        None,
-        min_length=1,
-        max_length=200,
-        description="a litellm chat model (openai/gpt-4o-mini, anthropic/..., ollama/...), "
-        "or openai/<name> with api_base for any OpenAI-compatible server; unset: the steps "
-        "that need a model fall back to rules where the feature has them",
-    )
-    api_base: str | None = Field(
-        None, max_length=2000, description="the endpoint's URL, for a self-hosted model"
-    )
-    api_key_name: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="the key's name: read from the setting kb.<name>, else the server's "
-        "environment variable <name> (default: the provider's, e.g. OPENAI_API_KEY)",
-    )
-    llm_concurrency: int = Field(7, ge=1, le=64, description="LLM calls in flight per endpoint")
-    request_timeout_s: float = Field(120.0, gt=0, le=3600, description="seconds per LLM call")
-    max_retries: int = Field(
-        5, ge=0, le=20, description="retries of a rate-limited, timed-out or 5xx call, backing off"
-    )
-    temperature: float = Field(0.0, ge=0.0, le=2.0, description="the model's sampling temperature")
-
-
-class ChunkEmbedExtra(_Strict):
-    """ChunkEmbed has no strategy-specific settings: chunking and embedding are top-level."""
-
-
-class PageIndexExtra(LlmSettings):
-    """PageIndex: a document's heading tree with per-node summaries."""
-
-    if_add_node_summary: YesNo = Field(
-        "yes",
-        description="summarise each node (short nodes keep their text; without a model, the "
-        "section's lead text)",
-    )
-    if_add_doc_description: YesNo = Field(
-        "yes", description="a one-paragraph description of each document for tree search"
-    )
-    max_token_num_each_node: int = Field(
-        20000, ge=50, le=1_000_000, description="a leaf over this many tokens is split"
-    )
-    summary_token_threshold: int = Field(
-        200, ge=0, le=100_000, description="nodes this short keep their own text as summary"
-    )
-    toc_check_page_num: int = Field(
-        20, ge=1, le=1000, description="PDF pages searched for a printed table of contents"
-    )
-    max_page_num_each_node: int = Field(
-        10, ge=1, le=10000, description="a PDF leaf over this many pages is split by pages"
-    )
-    min_token_num_each_node: int = Field(
-        40,
-        ge=0,
-        le=100_000,
-        description="a leaf this short whose boundary kbpg drew (a split part, a heading "
-        "inferred from layout or by the LLM) joins its previous sibling; 0 keeps every leaf",
-    )
-
-
-class GraphIndexExtra(PageIndexExtra):
-    """GraphIndex: the PageIndex tree plus the cross-references between its sections."""
-
-    enrichment: Literal["auto", "all", "rules"] = Field(
-        "auto",
-        description="which sections the LLM reads for references: auto, those whose "
-        "reference-like wording the rules left unresolved; all, every section with text; "
-        "rules, none (explicit references only)",
-    )
-    enrichment_model: str | None = Field(
-        None, min_length=1, max_length=200, description="the LLM for references; default model"
-    )
-    max_references_per_node: int = Field(
-        20, ge=1, le=200, description="references kept from one section, at most"
-    )
-
-
-FIELD_TYPES = ("string", "number", "integer", "boolean", "array", "object")
-_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class SchemaField:
-    """One field of a Doc2JSON schema. An array has an ``item_type`` (and ``fields`` when
-    its items are objects); an object has ``fields``."""
-
-    name: str
-    type: str
-    description: str = ""
-    examples: tuple[Any, ...] = ()
-    item_type: str | None = None
-    fields: tuple[SchemaField, ...] = ()
-
-
-def _schema_fields(value: Any, prefix: str = "") -> tuple[SchemaField, ...]:
-    """A list of field specs, each checked; an error names the field by its path
-    (``line_items[].quantity``)."""
-    where = f'extra.json_schema field "{prefix[:-1]}"' if prefix else "extra.json_schema"
-    if not isinstance(value, list) or not value:
-        raise ValueError(f"{where}: fields must be a non-empty list")
-    out: list[SchemaField] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise ValueError(f"{where}: fields[{i}] must be an object with name and type")
-        name = item.get("name")
-        if not isinstance(name, str) or not _FIELD_NAME.match(name) or len(name) > 100:
-            raise ValueError(
-                f"{where}: fields[{i}] has name {_got(name)}, not a valid field name (letters, "
-                "digits and _, not starting with a digit, at most 100 characters)"
-            )
-        path = f'extra.json_schema field "{prefix}{name}"'
-        unknown = sorted(set(item) - _FIELD_KEYS)
-        if unknown:
-            raise ValueError(f'{path}: unknown key "{unknown[0]}"')
-        kind = item.get("type")
-        if kind not in FIELD_TYPES:
-            raise ValueError(f"{path}: unknown type {_got(kind)} (expected {one_of(FIELD_TYPES)})")
-        description = item.get("description") or ""
-        if not isinstance(description, str) or len(description) > 2000:
-            raise ValueError(f"{path}: description must be text of at most 2000 characters")
-        examples = item.get("examples") or []
-        if not isinstance(examples, list) or len(examples) > 20:
-            raise ValueError(f"{path}: examples must be a list of at most 20 values")
-        item_type = item.get("item_type")
-        fields: tuple[SchemaField, ...] = ()
-        if kind == "array":
-            item_type = item_type or ("object" if item.get("items") else "string")
-            scalar_or_object = tuple(t for t in FIELD_TYPES if t != "array")
-            if item_type not in scalar_or_object:
-                raise ValueError(
-                    f"{path}: unknown item_type {_got(item_type)} (expected "
-                    f"{one_of(scalar_or_object)})"
-                )
-            if item_type == "object":
-                items = item.get("items")
-                if not isinstance(items, dict) or "fields" not in items:
-                    raise ValueError(
-                        f'{path}: an array of objects needs "items": '
-                        '{"type": "object", "fields": [...]}'
-                    )
-                fields = _schema_fields(items["fields"], f"{prefix}{name}[].")
-        elif item_type is not None or item.get("items") is not None:
-            raise ValueError(f"{path}: item_type and items belong to arrays")
-        if kind == "object":
-            fields = _schema_fields(item.get("fields"), f"{prefix}{name}.")
-        elif kind != "array" and item.get("fields") is not None:
-            raise ValueError(f"{path}: fields belong to objects")
-        out.append(SchemaField(name, kind, description, tuple(examples), item_type, fields))
-    names = [f.name for f in out]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f'{where}: field "{prefix}{twice[0]}" is named twice')
-    return tuple(out)
-
-
-_FIELD_KEYS = {"name", "type", "description", "examples", "item_type", "items", "fields"}
-
-
-def parse_json_schema(value: Any) -> tuple[SchemaField, ...]:
-    """extra.json_schema ({"fields": [...]}) as field specs; a ValueError names the field."""
-    if not isinstance(value, dict) or "fields" not in value:
-        raise ValueError('extra.json_schema must be an object {"fields": [...]}')
-    unknown = sorted(set(value) - {"fields", "type", "description"})
-    if unknown:
-        raise ValueError(f'extra.json_schema: unknown key "{unknown[0]}"')
-    return _schema_fields(value["fields"])
-
-
-class Doc2JsonExtra(LlmSettings):
-    """Doc2JSON: fields of a schema extracted per document by an LLM over sliding windows."""
-
-    json_schema: dict[str, Any] = Field(
-        ..., description='{"fields": [{"name", "type", "description", "examples", ...}]}'
-    )
-    mode: Literal["text", "image"] = Field(
-        "text",
-        description="text: the model reads the document's text in windows; image: a PDF's "
-        "pages as images (a vision model), for scans and forms",
-    )
-    extraction_model: str | None = Field(
-        None, min_length=1, max_length=200, description="the LLM for extraction; default model"
-    )
-    window_tokens: int = Field(4000, ge=200, le=200_000, description="text mode window size")
-    window_overlap: int = Field(200, ge=0, le=100_000, description="tokens windows share")
-    pages_per_window: int = Field(3, ge=1, le=20, description="image mode: pages per window")
-    image_dpi: int = Field(110, ge=36, le=300, description="image mode: rendering resolution")
-
-    @model_validator(mode="after")
-    def _check(self) -> Doc2JsonExtra:
-        parse_json_schema(self.json_schema)
-        if self.window_overlap >= self.window_tokens:
-            raise ValueError(
-                f"extra.window_overlap ({self.window_overlap}) must be smaller than "
-                f"extra.window_tokens ({self.window_tokens})"
-            )
-        return self
-
-    @property
-    def fields(self) -> tuple[SchemaField, ...]:
-        return parse_json_schema(self.json_schema)
 
 
 # retrieval_config fields that only some knowledge bases read.
@@ -312,62 +103,6 @@ def unused_retrieval_fields(strategy: str, indexing_config: dict[str, Any]) -> s
     return unused
 
 
-GRAPHS = ("document", "heading", "code", "triplets")
-
-
-class KnowledgeGraphSettings(LlmSettings):
-    """The knowledge-graph index of a ChunkEmbed KB,
-    beside its vectors and BM25: graphs of vertices and edges in kb.graph_node and
-    kb.graph_edge, read by the graph SQL functions and by search's graph channel. The LLM
-    settings (``model``, ``api_base``, ...) serve the triplet graph."""
-
-    enabled: bool = Field(False, description="build the knowledge graph (a reindex to change)")
-    graphs: list[Literal[GRAPHS]] = Field(  # type: ignore[valid-type]
-        default_factory=lambda: ["document", "heading", "code"],
-        min_length=1,
-        description="document: document -include-> chunk, chunk -include-> chunk where "
-        "sections nest, chunk -next-> chunk; heading: a Markdown document's headings; code: "
-        "a source file's definitions with calls, imports, inherits and implements; "
-        "triplets: (subject, predicate, object) from each chunk by the LLM",
-    )
-    max_triplets_per_chunk: int = Field(
-        20, ge=1, le=200, description="triplets graph: facts kept from one chunk, at most"
-    )
-    entity_merge: Literal["rules", "llm"] = Field(
-        "rules",
-        description="candidate duplicate entities (the same name with another type, similar "
-        "names): rules merges type synonyms and plurals only; llm asks the model about the "
-        "rest and records its answer",
-    )
-    merge_similarity: float = Field(
-        0.6, gt=0.0, le=1.0, description="trigram similarity that makes two names candidates"
-    )
-    merge_vector_similarity: float = Field(
-        0.9,
-        gt=0.0,
-        le=1.0,
-        description="cosine similarity of two names' vectors (same type) that makes them candidates",
-    )
-    communities: bool = Field(
-        False,
-        description="detect communities over the triplet graph and have the LLM summarise "
-        "each (kb.graph_communities); the worker keeps them current as documents change",
-    )
-
-    @model_validator(mode="after")
-    def _distinct(self) -> KnowledgeGraphSettings:
-        if len(set(self.graphs)) != len(self.graphs):
-            raise ValueError("knowledge_graph.graphs names a graph twice")
-        if self.communities and "triplets" not in self.graphs:
-            raise ValueError("knowledge_graph.communities are built over the triplets graph")
-        if self.enabled and "triplets" in self.graphs and not self.model:
-            raise ValueError(
-                "knowledge_graph.model is required for the triplets graph (the LLM that "
-                "reads each chunk; with api_base for an OpenAI-compatible endpoint)"
-            )
-        return self
-
-
 @dataclass(frozen=True)
 class Feature:
     """One indexing feature, declared once. The lists that name every feature are built
@@ -375,10 +110,11 @@ class Feature:
     retrieval methods (here), kb._clear_index's tables and the row-level security of the
     feature's tables (``kbpg_db.sqlgen``, expanded when kbpg installs ``sql/``).
 
-    A new strategy is one entry in FEATURES, its module ``kbpg_db.strategies.<name>``
-    (``build``), its SQL file (``kb._store_<name>``) and a migration for its tables."""
+    A new strategy is one entry in FEATURES, its folder ``kbpg_db/features/<name>/``
+    (``settings.py``, and ``build.py`` with ``build``), its SQL file (``kb._store_<name>``)
+    and a migration for its tables."""
 
-    name: str  # the strategy value; the module under kbpg_db.strategies
+    name: str  # the strategy value; its folder under kbpg_db/features
     label: str  # how the docs and the Retrieval Lab name it
     settings: type[BaseModel]  # indexing_config.extra (knowledge graph: .knowledge_graph)
     # Its tables, each keyed by (kb_id, index_id) and readable as its index is: cleared
@@ -824,10 +560,6 @@ def _range(model: type[BaseModel] | None, name: str) -> str | None:
     return f"{low[0] or 'at least '}{low[1]} and {high[0] or 'at most '}{high[1]}"
 
 
-def _got(value: Any) -> str:
-    return json.dumps(value, default=str)[:80]
-
-
 # Settings that were renamed: the old name's error names the new one.
 RENAMED = {"graph_expansion": "reference_expansion"}
 
@@ -904,11 +636,6 @@ MODELS: dict[str, type[BaseModel]] = {
     "indexing_config": IndexingConfig,
     "retrieval_config": RetrievalConfig,
 }
-
-
-def one_of(values: tuple[str, ...], last: str = "or") -> str:
-    """'a, b or c'."""
-    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} {last} {values[-1]}"
 
 
 def validate(

@@ -60,7 +60,8 @@ def tree_search_rows(
 ) -> list[dict[str, Any]]:
     """Tree Search rows (chunk, rank, node, reasoning); the first carries the note and the
     phases. Reads the call cache, writes nothing."""
-    from kbpg_db import llm, tree_search
+    from kbpg_db import llm
+    from kbpg_db.features.page_index import tree_search
 
     cfg = config.from_json(retrieval_config)
     settings = config.indexing_cached(indexing_config).llm()

@@ -130,7 +130,7 @@ def preview_chunks(
     plpy: Any, content: str, indexing_config: Any, page_starts: list[int] | None = None
 ) -> list[dict[str, Any]]:
     from kbpg_db import config, keys
-    from kbpg_db.strategies import chunk_embed
+    from kbpg_db.features.chunk_embed import build as chunk_embed
 
     cfg = config.IndexingConfig.model_validate(
         json.loads(validate_config(plpy, "indexing_config", indexing_config))
@@ -153,22 +153,22 @@ def build_document(
     index_id: int | None = None,
     kb_id: int | None = None,
 ) -> dict[str, Any]:
-    """One step of indexing a document (kbpg_db.strategies.step)."""
-    from kbpg_db import config, strategies
+    """One step of indexing a document (kbpg_db.features.step)."""
+    from kbpg_db import config, features
 
     cfg = config.indexing_cached(indexing_config)
-    doc = strategies.Document(title, content, page_starts, _json(metadata) or {}, file)
-    return _call(plpy, strategies.step, plpy, doc, cfg, index_id, kb_id)
+    doc = features.Document(title, content, page_starts, _json(metadata) or {}, file)
+    return _call(plpy, features.step, plpy, doc, cfg, index_id, kb_id)
 
 
 def prefetch_embeddings(plpy: Any, kb_id: int, job_ids: list[int], worker: str) -> int:
-    from kbpg_db.strategies import chunk_embed
+    from kbpg_db.features.chunk_embed import build as chunk_embed
 
     return chunk_embed.prefetch(plpy, kb_id, job_ids, worker)
 
 
 def refresh_communities(plpy: Any, kb_id: int, index_id: int, indexing_config: Any) -> str:
-    from kbpg_db import communities
+    from kbpg_db.features.knowledge_graph import communities
 
     return _call(plpy, communities.refresh, plpy, kb_id, index_id, indexing_config)
 

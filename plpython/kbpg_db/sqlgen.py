@@ -16,7 +16,8 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from kbpg_db import __version__, code_graph, config, convert
+from kbpg_db import __version__, config, convert
+from kbpg_db.features.knowledge_graph import code_graph
 
 # kb.search's parameter names where they differ from the config field (kept for callers).
 SQL_NAMES = {"bm25_k1": "k1", "bm25_b": "b"}
@@ -131,7 +132,7 @@ def macros() -> dict[str, str]:
         "clear_index_tables": _clear_index_body(),
         "index_tables": _quoted(index_tables()),
         "index_tables_qualified": ", ".join(f"kb.{t}" for t in index_tables()),
-        # kbpg_db.code_graph's vocabularies, read by reference resolution in SQL.
+        # the code graph's vocabularies, read by reference resolution in SQL.
         "target_kinds": _case_arms(code_graph.TARGET_KINDS, "ARRAY[{}]"),
         "language_families": _family_arms(),
         "file_suffixes": convert.supported(),

@@ -397,7 +397,7 @@ def _python_sql(entry: str) -> Iterator[tuple[str, str]]:
             continue
         done.add(module)
         path = PLPYTHON / module
-        files = sorted(path.glob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
         for tree in (ast.parse(f.read_text()) for f in files):
             pending.extend(sorted(_imported_modules(tree) - done))
             for node in ast.walk(tree):

@@ -301,7 +301,7 @@ def test_embedded_token_counts_are_those_of_the_embedded_texts() -> None:
     """The local model's tokens_embedded reuses the chunker's counts where a chunk is
     embedded as it is, and counts the heading path or title line where one leads it."""
     from kbpg_db.config import IndexingConfig
-    from kbpg_db.strategies import chunk_embed
+    from kbpg_db.features.chunk_embed import build as chunk_embed
 
     text = "Guide title\n\nIntro words here.\n\n# Setup\n\nInstall it.\n\n## Linux\n\n" + (
         "apt install the package and configure it. " * 30
@@ -323,7 +323,8 @@ def test_a_document_cut_ahead_is_built_from_those_rows_once(
     instead of cutting again, only for the same text and settings, and only once."""
     from kbpg_db import chunking
     from kbpg_db.config import IndexingConfig
-    from kbpg_db.strategies import BuildContext, Document, chunk_embed
+    from kbpg_db.features import BuildContext, Document
+    from kbpg_db.features.chunk_embed import build as chunk_embed
 
     text = "# Setup\n\n" + "Install the package and configure it. " * 40
     cfg = IndexingConfig(chunk_size=40, chunk_overlap=0)

@@ -7,8 +7,8 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kbpg_db.config import parse_json_schema
-from kbpg_db.strategies import doc2json as d
+from kbpg_db.features.doc2json import build as d
+from kbpg_db.features.doc2json.settings import parse_json_schema
 
 FIELDS = parse_json_schema(
     {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kbpg_db import knowledge_graph as kg
+from kbpg_db.features.knowledge_graph import build as kg
 
 
 def test_entity_keys_fold_case_punctuation_legal_forms_and_type_synonyms() -> None:

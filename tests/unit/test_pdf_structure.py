@@ -4,10 +4,9 @@ pages no heading covers."""
 
 from __future__ import annotations
 
-from kbpg_db.config import PageIndexExtra
-from kbpg_db.strategies import BuildContext, Document
-from kbpg_db.strategies.page_index import merge_small, pdf_tree
-from kbpg_db.strategies.pdf_structure import (
+from kbpg_db.features import BuildContext, Document
+from kbpg_db.features.page_index.build import merge_small, pdf_tree
+from kbpg_db.features.page_index.pdf_structure import (
     Entry,
     pages,
     printed_toc,
@@ -15,6 +14,7 @@ from kbpg_db.strategies.pdf_structure import (
     toc_lines,
     uncovered,
 )
+from kbpg_db.features.page_index.settings import PageIndexExtra
 
 
 def test_contents_heading_over_numbered_lines_is_a_toc_page() -> None:

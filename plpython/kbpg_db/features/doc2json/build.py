@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbpg_db import embedding, tokens
-from kbpg_db.config import Doc2JsonExtra, IndexingConfig, SchemaField
+from kbpg_db.config import IndexingConfig
+from kbpg_db.features import BuildContext, Built, Document, StrategyError
+from kbpg_db.features.doc2json.settings import Doc2JsonExtra, SchemaField
+from kbpg_db.features.page_index.build import text_field
 from kbpg_db.llm import Llm, Request
-from kbpg_db.strategies import BuildContext, Built, Document, StrategyError
-from kbpg_db.strategies.page_index import text_field
 
 FUZZY_MIN = 0.8
 _JSON_TYPES = {

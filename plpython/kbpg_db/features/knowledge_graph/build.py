@@ -8,7 +8,7 @@ written by kb._store_knowledge_graph):
 - heading: a Markdown document -contains-> its H1s -contains-> H2s ..., from the headings
   outside fenced code;
 - code: a source file -defines-> its definitions, with calls, imports, inherits and
-  implements (kbpg_db.code_graph).
+  implements (``code_graph``).
 
 Every vertex names the chunk that holds it, so a graph answer cites text.
 """
@@ -21,10 +21,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kbpg_db import chunking, code_graph, embedding, tokens
+from kbpg_db import chunking, embedding, tokens
 from kbpg_db.config import IndexingConfig
+from kbpg_db.features import StrategyError
+from kbpg_db.features.knowledge_graph import code_graph
 from kbpg_db.llm import Llm, Request
-from kbpg_db.strategies import StrategyError
 
 
 def code_source(title: str, metadata: dict[str, Any]) -> tuple[str, str] | None:

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbpg_db import chunking, tokens
-from kbpg_db.config import IndexingConfig, PageIndexExtra
+from kbpg_db.config import IndexingConfig
+from kbpg_db.features import BuildContext, Built, Document, StrategyError
+from kbpg_db.features.page_index.settings import PageIndexExtra
 from kbpg_db.llm import Llm, LlmError, Request
-from kbpg_db.strategies import BuildContext, Built, Document, StrategyError
 
 LEAD_WORDS = 40
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
@@ -104,7 +105,7 @@ def pdf_tree(
 ) -> tuple[list[Node], dict[str, Any]]:
     """A PDF's tree from its outline, printed ToC or layout headings; the LLM only for
     ToC lines the pattern cannot read and for long stretches without any heading."""
-    from kbpg_db.strategies import pdf_structure
+    from kbpg_db.features.page_index import pdf_structure
 
     assert doc.page_starts is not None
     source, entries, details = pdf_structure.structure(

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbpg_db import embedding, tokens
-from kbpg_db.config import GraphIndexExtra, IndexingConfig
+from kbpg_db.config import IndexingConfig
+from kbpg_db.features import BuildContext, Built, Document
+from kbpg_db.features.graph_index.settings import GraphIndexExtra
+from kbpg_db.features.page_index import build as pi
 from kbpg_db.llm import Llm, Request
-from kbpg_db.strategies import BuildContext, Built, Document
-from kbpg_db.strategies import page_index as pi
 
 KINDS = ("cites", "mentions", "depends_on")
 NODE_TEXT_TOKENS = 6000  # of a section's text shown to the LLM

@@ -1,12 +1,24 @@
-"""Index strategies: one module each, behind one small interface.
+"""The indexing features, one folder each, behind one small interface.
 
-A strategy module has ``build(doc, cfg, ctx) -> Built``: a document in, what to store
-out. ``Built.chunks`` are the searchable units (kb.chunk rows, with vectors when the
+Each feature's folder holds its settings model (``settings.py``, declared in
+``kbpg_db.config.FEATURES``) and its build code (``build.py``):
+
+- ``chunk_embed``: chunks with vectors and BM25 (sql/200-documents.sql, 300-bm25.sql);
+- ``page_index``: heading trees with summaries, PDF structure, Tree Search
+  (sql/250-page-index.sql);
+- ``graph_index``: the PageIndex tree plus the references between its sections
+  (sql/260-graph-index.sql);
+- ``doc2json``: fields of a schema extracted per document (sql/270-doc2json.sql);
+- ``knowledge_graph``: graphs beside a ChunkEmbed index, the code graph and communities
+  (sql/280-284).
+
+A strategy's ``build(doc, cfg, ctx) -> Built`` takes a document in and gives what to
+store. ``Built.chunks`` are the searchable units (kb.chunk rows, with vectors when the
 strategy embeds them), so BM25, vector search, fusion, rerank and context assembly serve
 every strategy through one code path; ``Built.artifacts`` is the strategy's own data,
 written to its own tables by the SQL function ``kb._store_<strategy>``. The job runner,
 index generations and the document lifecycle are the same for all of them
-(``kb.process_job``).
+(``kb.process_job``). Adding one: docs/strategies.md, "Adding a strategy".
 """
 
 from __future__ import annotations
@@ -14,10 +26,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kbpg_db.config import IndexingConfig
-from kbpg_db.llm import Llm
+if TYPE_CHECKING:  # kbpg_db.config imports the features' settings: no cycle at run time
+    from kbpg_db.config import IndexingConfig
+    from kbpg_db.llm import Llm
 
 
 class StrategyError(Exception):
@@ -67,7 +80,7 @@ class BuildContext:
 
 def module(strategy: str) -> Any:
     """The module that builds a strategy's indexes."""
-    return importlib.import_module(f"kbpg_db.strategies.{strategy}")
+    return importlib.import_module(f"kbpg_db.features.{strategy}.build")
 
 
 def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
