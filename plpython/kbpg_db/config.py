@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from kbpg_db.configbase import LlmSettings, _got, one_of
+from kbpg_db.configbase import LlmSettings, one_of, shown
 from kbpg_db.configbase import Strict as _Strict
 from kbpg_db.features.chunk_embed.settings import ChunkEmbedExtra
 from kbpg_db.features.doc2json.settings import Doc2JsonExtra
@@ -320,7 +320,7 @@ class IndexingConfig(_Strict):
             raise ValueError("separators are for the cjk chunker")
         for sep in self.separators or []:
             if not sep or len(sep) > 20:
-                raise ValueError(f"each separator must be 1 to 20 characters (got {_got(sep)})")
+                raise ValueError(f"each separator must be 1 to 20 characters (got {shown(sep)})")
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError(
                 f"chunk_overlap ({self.chunk_overlap}) must be smaller than "
@@ -569,7 +569,7 @@ def phrase_error(err: Any, model: type[BaseModel] | None = None, prefix: str = "
     loc = [str(p) for p in err["loc"]]
     field = prefix + (".".join(loc) or "value")
     kind = err["type"]
-    got = _got(err.get("input"))
+    got = shown(err.get("input"))
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
         span = _range(model, loc[-1]) if len(loc) == 1 else None
         if span is not None:

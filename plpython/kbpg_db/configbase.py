@@ -50,7 +50,7 @@ class LlmSettings(Strict):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="the model's sampling temperature")
 
 
-def _got(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value as an error message quotes it (JSON, at most 80 characters)."""
     return json.dumps(value, default=str)[:80]
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kbpg_db.configbase import LlmSettings, _got, one_of
+from kbpg_db.configbase import LlmSettings, one_of, shown
 
 FIELD_TYPES = ("string", "number", "integer", "boolean", "array", "object")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -40,7 +40,7 @@ def _schema_fields(value: Any, prefix: str = "") -> tuple[SchemaField, ...]:
         name = item.get("name")
         if not isinstance(name, str) or not _FIELD_NAME.match(name) or len(name) > 100:
             raise ValueError(
-                f"{where}: fields[{i}] has name {_got(name)}, not a valid field name (letters, "
+                f"{where}: fields[{i}] has name {shown(name)}, not a valid field name (letters, "
                 "digits and _, not starting with a digit, at most 100 characters)"
             )
         path = f'extra.json_schema field "{prefix}{name}"'
@@ -49,7 +49,7 @@ def _schema_fields(value: Any, prefix: str = "") -> tuple[SchemaField, ...]:
             raise ValueError(f'{path}: unknown key "{unknown[0]}"')
         kind = item.get("type")
         if kind not in FIELD_TYPES:
-            raise ValueError(f"{path}: unknown type {_got(kind)} (expected {one_of(FIELD_TYPES)})")
+            raise ValueError(f"{path}: unknown type {shown(kind)} (expected {one_of(FIELD_TYPES)})")
         description = item.get("description") or ""
         if not isinstance(description, str) or len(description) > 2000:
             raise ValueError(f"{path}: description must be text of at most 2000 characters")
@@ -63,7 +63,7 @@ def _schema_fields(value: Any, prefix: str = "") -> tuple[SchemaField, ...]:
             scalar_or_object = tuple(t for t in FIELD_TYPES if t != "array")
             if item_type not in scalar_or_object:
                 raise ValueError(
-                    f"{path}: unknown item_type {_got(item_type)} (expected "
+                    f"{path}: unknown item_type {shown(item_type)} (expected "
                     f"{one_of(scalar_or_object)})"
                 )
             if item_type == "object":
