@@ -206,7 +206,7 @@ DECLARE
   v_id integer;
 BEGIN
   PERFORM kb._check_actor(acting_as);
-  IF name IS NULL OR btrim(name) = '' OR length(name) > 200 THEN
+  IF kb._blank(name) OR length(name) > 200 THEN
     RAISE EXCEPTION 'team name must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF EXISTS (SELECT 1 FROM kb.team t WHERE t.name = create_team.name) THEN

@@ -110,7 +110,7 @@ DECLARE
   v_team integer;
 BEGIN
   v_team := kb._team_for_new_kb(team);
-  IF name IS NULL OR btrim(name) = '' THEN
+  IF kb._blank(name) THEN
     RAISE EXCEPTION 'knowledge base name must not be empty' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF length(name) > 200 THEN

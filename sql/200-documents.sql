@@ -51,7 +51,7 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF p_title IS NULL OR btrim(p_title) = '' THEN
+  IF kb._blank(p_title) THEN
     RAISE EXCEPTION 'document title must not be empty' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF length(p_title) > 1000 THEN
@@ -184,7 +184,7 @@ DECLARE
 BEGIN
   v_kb := kb._get_kb_for_write(kb);
   PERFORM kb._check_document_args(title, metadata, usage_mode);
-  IF content IS NULL OR btrim(content, E' \t\r\n\f\x0B') = '' THEN  -- \x0B: vertical tab
+  IF kb._blank(content) THEN
     RAISE EXCEPTION 'document "%" has no text', title USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF octet_length(content) > v_limit THEN

@@ -69,7 +69,7 @@ DECLARE
   v_format text;
 BEGIN
   v_kb := kb._get_kb_for_write(kb);
-  IF file_name IS NULL OR btrim(file_name) = '' THEN
+  IF kb._blank(file_name) THEN
     RAISE EXCEPTION 'file_name must name the file (its extension says its format)'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;

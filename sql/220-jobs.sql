@@ -77,7 +77,7 @@ DECLARE
   v_claimed kb.job[];
   v_ids    bigint[];
 BEGIN
-  IF coalesce(btrim(worker), '') = '' THEN
+  IF kb._blank(worker) THEN
     RAISE EXCEPTION 'worker must name the worker claiming the jobs'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -467,7 +467,7 @@ DECLARE
   v_ids bigint[];
   v_n   integer;
 BEGIN
-  IF coalesce(btrim(worker), '') = '' THEN
+  IF kb._blank(worker) THEN
     RAISE EXCEPTION 'worker must name the worker that claimed the jobs'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;

@@ -30,7 +30,7 @@ AS $$
 DECLARE
   v_name text;
 BEGIN
-  IF coalesce(btrim(p_symbol), '') = '' THEN
+  IF kb._blank(p_symbol) THEN
     RAISE EXCEPTION 'symbol must name a definition (a name like area, or a qualified name '
                     'like shapes.circle.Circle.area)' USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -297,7 +297,7 @@ BEGIN
                     coalesce(max_vertices::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF coalesce(btrim(name), '') = '' THEN
+  IF kb._blank(name) THEN
     RAISE EXCEPTION 'name must name a vertex (a symbol, heading or file)'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;

@@ -123,7 +123,7 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
-  IF p_query IS NULL OR btrim(p_query) = '' THEN
+  IF kb._blank(p_query) THEN
     RAISE EXCEPTION 'query must not be empty' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF length(p_query) > 32768 THEN

@@ -11,7 +11,7 @@ DECLARE
   v_kb kb.knowledge_base := kb._get_kb_for_write(create_test_set.kb);
   v_id bigint;
 BEGIN
-  IF name IS NULL OR btrim(name) = '' OR length(name) > 200 THEN
+  IF kb._blank(name) OR length(name) > 200 THEN
     RAISE EXCEPTION 'test set name must be 1 to 200 characters' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF EXISTS (SELECT 1 FROM kb.test_set t WHERE t.kb_id = v_kb.id AND t.name = create_test_set.name) THEN
@@ -53,11 +53,11 @@ DECLARE
   v_id  bigint;
   v_missing text;
 BEGIN
-  IF query IS NULL OR btrim(query) = '' THEN
+  IF kb._blank(query) THEN
     RAISE EXCEPTION 'a test query must not be empty' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF expected IS NULL OR cardinality(expected) = 0
-     OR EXISTS (SELECT 1 FROM unnest(expected) e WHERE e IS NULL OR btrim(e) = '') THEN
+     OR EXISTS (SELECT 1 FROM unnest(expected) e WHERE kb._blank(e)) THEN
     RAISE EXCEPTION 'test query "%" must name what it should find (document titles, or "title › section")', query
       USING ERRCODE = 'invalid_parameter_value';
   END IF;

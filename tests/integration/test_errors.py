@@ -49,6 +49,9 @@ CASES = [
     Case("search", "SELECT * FROM kb.search('nope', 'x')", "P0002", NO_KB, hint=LIST_HINT),
     Case("search", "SELECT * FROM kb.search('docs', '')", "22023", "query must not be empty"),
     Case(
+        "search", "SELECT * FROM kb.search('docs', E'\\t\\n ')", "22023", "query must not be empty"
+    ),
+    Case(
         "search",
         "SELECT * FROM kb.search('docs', 'x', options => '{\"top_kk\": 3}')",
         "22023",
@@ -117,6 +120,12 @@ CASES = [
     Case(
         "create_knowledge_base",
         "SELECT kb.create_knowledge_base('')",
+        "22023",
+        "knowledge base name must not be empty",
+    ),
+    Case(
+        "create_knowledge_base",
+        "SELECT kb.create_knowledge_base(E'\\t')",
         "22023",
         "knowledge base name must not be empty",
     ),
@@ -194,6 +203,18 @@ CASES = [
         "SELECT kb.add_document('docs', 'x', '')",
         "22023",
         'document "x" has no text',
+    ),
+    Case(
+        "add_document",
+        "SELECT kb.add_document('docs', 'x', E'\\x0B\\f\\r\\n\\t ')",
+        "22023",
+        'document "x" has no text',
+    ),
+    Case(
+        "add_document",
+        "SELECT kb.add_document('docs', E'\\n\\t', 'text')",
+        "22023",
+        "document title must not be empty",
     ),
     Case(
         "add_document",
