@@ -28,6 +28,7 @@ import numpy as np
 from kbpg_db import config
 
 from bench.common import say
+from kbpg.evaluate import ndcg_at
 
 DEPTH = 100  # kb.search's fusion_depth default: each channel's list is this long
 B = 0.75  # kb.search's bm25_b default
@@ -72,7 +73,6 @@ class Replay:
         self.ids = np.unique(chunk)
         at = np.searchsorted(self.ids, chunk)
         df = np.bincount(term, minlength=len(self.lexemes))
-        self.df = df
         self.idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
         self.avgdl = total / max(n, 1)
         by_term = np.argsort(term, kind="stable")
@@ -236,11 +236,8 @@ def score(replay: Replay, q: Question, order: list[int]) -> dict[str, float]:
     """kb.score_query's measures for a documentation question; nDCG@10 over documents
     ranked by their best chunk for a SciFact one."""
     if replay.beir:
-        docs = list(dict.fromkeys(replay.title[c] for c in order))[:10]
-        dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(docs) if q.rel.get(d, 0) > 0)
-        n_rel = sum(1 for v in q.rel.values() if v > 0)
-        ideal = sum(1 / math.log2(i + 2) for i in range(min(10, n_rel)))
-        return {"ndcg@10": dcg / ideal if ideal else 0.0}
+        docs = list(dict.fromkeys(replay.title[c] for c in order))
+        return {"ndcg@10": ndcg_at(docs, q.rel, 10)}
     found: dict[str, int] = {}
     for rank, c in enumerate(order[:10], start=1):
         title, path = replay.title[c], replay.path[c]
@@ -334,7 +331,7 @@ def bench_directions(dsn: str, quick: bool) -> dict[str, Any]:
     split (the KBs the docs and quality groups build, built here where missing)."""
     import psycopg
 
-    from bench.docs import DOCS_SETS, docs_dir, ensure_docs_kb
+    from bench.docs import DOCS_SETS, docs_questions, ensure_docs_kb
     from bench.quality import scifact_set
     from kbpg.client import Client
     from kbpg.evaluate import EVAL_CONFIG, ensure_loaded
@@ -347,8 +344,7 @@ def bench_directions(dsn: str, quick: bool) -> dict[str, Any]:
     sets: list[tuple[str, str, list[Question], bool]] = []
     for name in DOCS_SETS:
         ensure_docs_kb(dsn, name)
-        lines = (docs_dir(name) / "questions.jsonl").read_text().splitlines()
-        qs = [Question(d["query"], d["expected"], {}) for d in map(json.loads, lines)]
+        qs = [Question(d["query"], d["expected"], {}) for d in docs_questions(name)]
         sets.append((name, f"bench-{name}", qs, False))
     data, kb = scifact_set(quick)
     with Client(dsn) as client:

@@ -48,6 +48,12 @@ def bench_docs(dsn: str, quick: bool) -> dict[str, Any]:
     return out
 
 
+def docs_questions(name: str) -> list[dict[str, Any]]:
+    """A documentation set's questions: query, expected sections (and the needle word)."""
+    lines = (docs_dir(name) / "questions.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
+
+
 def ensure_docs_kb(dsn: str, name: str) -> dict[str, Any]:
     """The KB ``bench-NAME`` of a documentation set, built from its pages unless it holds
     them all, with the set's questions as its test set ``docs``: its pages, questions,
@@ -58,7 +64,7 @@ def ensure_docs_kb(dsn: str, name: str) -> dict[str, Any]:
 
     folder = docs_dir(name)
     pages = sorted((folder / "html").glob("*.html"))
-    questions = [json.loads(x) for x in (folder / "questions.jsonl").read_text().splitlines()]
+    questions = docs_questions(name)
     kb = f"bench-{name}"
     out: dict[str, Any] = {"pages": len(pages), "questions": len(questions)}
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -100,7 +106,7 @@ def ensure_docs_kb(dsn: str, name: str) -> dict[str, Any]:
 def _bench_docs_set(dsn: str, name: str, quick: bool) -> dict[str, Any]:
     kb = f"bench-{name}"
     out = ensure_docs_kb(dsn, name)
-    questions = out["questions"]
+    n_questions = out["questions"]
     conn = fresh_search_conn(dsn)
     for label, options in DOCS_RUNS[: 4 if quick else None]:
         say(f"{name}: {label}")
@@ -110,7 +116,7 @@ def _bench_docs_set(dsn: str, name: str, quick: bool) -> dict[str, Any]:
             (kb, json.dumps(options)),
         ).fetchone()
         run = run[0]
-        per_query_ms = (time.perf_counter() - t0) * 1000 / questions
+        per_query_ms = (time.perf_counter() - t0) * 1000 / n_questions
         m = run["metrics"]
         out[label] = {
             "success@1": float(m["success_at_1"]),

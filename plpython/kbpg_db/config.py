@@ -13,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from kbpg_db.configbase import LlmSettings, one_of, shown
-from kbpg_db.configbase import Strict as _Strict
+from kbpg_db.configbase import LlmSettings, Strict, one_of, shown
 from kbpg_db.features.chunk_embed.settings import ChunkEmbedExtra
 from kbpg_db.features.doc2json.settings import Doc2JsonExtra
 from kbpg_db.features.graph_index.settings import GraphIndexExtra
@@ -175,7 +174,7 @@ STRATEGIES: dict[str, Feature] = {f.name: f for f in FEATURES if f.methods}
 METHODS = tuple(dict.fromkeys(m for f in FEATURES for m in f.methods))
 
 
-class IndexingConfig(_Strict):
+class IndexingConfig(Strict):
     """How documents of a knowledge base are indexed: the strategy and its settings.
 
     Chunking and embedding settings are top-level (ChunkEmbed's, and the embedding model
@@ -430,7 +429,7 @@ def document_chunking(indexing_config: dict[str, Any], chunking: Any) -> dict[st
     return {k: getattr(merged, k) for k in chunking}
 
 
-class RetrievalConfig(_Strict):
+class RetrievalConfig(Strict):
     """Defaults for ``kb.search``; every field can be overridden per call."""
 
     # Field order = the order of kb.search's named parameters (generated from this model).
