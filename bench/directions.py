@@ -287,6 +287,14 @@ DIRECTIONS = [
         lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), 0.9, 0.4),
     ),
     Direction(
+        "BM25 b 0.6 for both",
+        lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), k1, 0.6),
+    ),
+    Direction(
+        "BM25 b 0.9 for both",
+        lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), k1, 0.9),
+    ),
+    Direction(
         "BM25+ (delta 0.25)",
         lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), k1, delta=0.25),
     ),
