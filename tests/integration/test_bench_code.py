@@ -7,6 +7,7 @@ import pytest
 from kbpg_db import config
 
 from bench import common
+from bench.compare import compare
 from bench.directions import (
     DIRECTIONS,
     Question,
@@ -56,6 +57,17 @@ def test_synthetic_corpus_and_baselines(conn: psycopg.Connection, scifact: None)
     assert ours
     lat = common.lat([0.001, 0.002, 0.003])
     assert lat["p50_ms"] == 2.0 and lat["n"] == 3
+
+
+def test_compare_alternates_the_two_databases(
+    conn: psycopg.Connection, dsn: str, scifact: None
+) -> None:
+    common.build_synthetic_kb(conn, "syn-ab", 300)
+    out = compare([dsn, dsn], "syn-ab", {"method": "full_text"}, queries=4, rounds=3)
+    assert out["first"]["n"] == out["second"]["n"] == 12
+    assert out["first"]["p50_ms"] > 0 and out["second_p50_share"] > 0
+    with pytest.raises(psycopg.errors.NoDataFound, match="no-such-kb"):
+        compare([dsn, dsn], "no-such-kb", {}, queries=1, rounds=1)
 
 
 def test_scale_bench_measures_a_small_kb_before_and_beside_a_large_one(
