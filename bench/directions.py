@@ -18,8 +18,10 @@ says what each gives.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,18 @@ class Question:
     vector: list[tuple[int, float]] = field(default_factory=list)
     full_text: list[tuple[int, float]] = field(default_factory=list)  # the SQL's BM25 list
     vector_weight: float = 0.5  # kb.search's, plain_query_shift included
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # neighbouring query words
+
+
+_TSV_ENTRY = re.compile(r"'((?:[^']|'')*)':([0-9A-D,]+)")
+
+
+def tsv_positions(text: str) -> dict[str, list[int]]:
+    """A tsvector's text form as lexeme -> its positions."""
+    return {
+        lex.replace("''", "'"): sorted(int(p.rstrip("ABCD")) for p in at.split(","))
+        for lex, at in _TSV_ENTRY.findall(text)
+    }
 
 
 class Replay:
@@ -86,8 +100,10 @@ class Replay:
         self.title: dict[int, str] = {}
         self.path: dict[int, str] = {}
         self.place: dict[int, tuple[int, int]] = {}
-        for cid, title, heads, doc, ordinal in conn.execute(
-            "SELECT c.id, d.title, c.heading_path, c.document_id, c.ordinal "
+        # Each chunk's word positions by term, from its tsvector (the proximity directions).
+        self.positions: dict[int, dict[int, list[int]]] = {}
+        for cid, title, heads, doc, ordinal, tsv in conn.execute(
+            "SELECT c.id, d.title, c.heading_path, c.document_id, c.ordinal, c.tsv::text "
             "FROM kb.chunk c JOIN kb.document d ON d.id = c.document_id AND d.kb_id = c.kb_id "
             "WHERE c.kb_id = %s AND c.index_id = %s",
             (kb_id, ix),
@@ -95,11 +111,26 @@ class Replay:
             self.title[cid] = title
             self.path[cid] = " › ".join([title, *heads])
             self.place[cid] = (doc, ordinal)
+            self.positions[cid] = {
+                index[x]: at for x, at in tsv_positions(tsv).items() if x in index
+            }
         for q in questions:
             lex = conn.execute(
                 "SELECT kb._config_lexemes(%s::jsonb, %s)", (json.dumps(cfg), q.text)
             ).fetchone()
             q.terms = sorted({index[x] for x in (lex[0] if lex else None) or [] if x in index})
+            qtsv = conn.execute(
+                "SELECT kb.text_tsvector(%s::jsonb, %s)::text", (json.dumps(cfg), q.text)
+            ).fetchone()
+            seq = sorted(
+                (at, index[x])
+                for x, ats in tsv_positions(qtsv[0] if qtsv else "").items()
+                if x in index
+                for at in ats
+            )
+            q.pairs = sorted(
+                {(a, b) for (i, a), (j, b) in itertools.pairwise(seq) if a != b and j - i <= 3}
+            )
             for method in ("vector", "full_text"):
                 rows = conn.execute(
                     "SELECT chunk_id, score FROM kb.search(%s, %s, options => %s::jsonb)",
@@ -165,6 +196,32 @@ class Replay:
         for t in best:
             weights[int(t)] = weights.get(int(t), 0.0) + (1 - keep) * len(base) * model[t] / mass
         return self.bm25(weights, k1)
+
+    def proximity(
+        self, q: Question, hits: list[tuple[int, float]], share: float, window: int, ordered: bool
+    ) -> list[tuple[int, float]]:
+        """``hits`` rescored: each gains ``share`` times, for every pair of neighbouring
+        query words, the pair's mean idf times its saturated count (BM25's tf curve, k1
+        1.2) of the times the two stand within ``window`` words of each other (the second
+        after the first where ``ordered``)."""
+        out = []
+        for cid, s in hits:
+            at = self.positions.get(cid, {})
+            extra = 0.0
+            for a, b in q.pairs:
+                pa, pb = at.get(a), at.get(b)
+                if not pa or not pb:
+                    continue
+                n = sum(
+                    1
+                    for x in pa
+                    for y in pb
+                    if (0 < y - x <= window if ordered else 0 < abs(y - x) <= window)
+                )
+                if n:
+                    extra += (self.idf[a] + self.idf[b]) / 2 * n * 2.2 / (n + 1.2)
+            out.append((cid, s + share * extra))
+        return sorted(out, key=lambda x: (-x[1], x[0]))
 
 
 def _z(scores: list[float]) -> list[float]:
@@ -272,6 +329,7 @@ class Direction:
     fusion: str = "zscore"
     depth: int = DEPTH
     lift: tuple[str, float] | None = None
+    proximity: tuple[float, int, bool] | None = None  # Replay.proximity's share, window, ordered
 
 
 DIRECTIONS = [
@@ -306,6 +364,14 @@ DIRECTIONS = [
         "RM3: 10 sections, 10 words, query keeps 0.9",
         lambda r, q, k1: r.feedback(q, k1, 10, 10, 0.9, one_per_section=True),
     ),
+    Direction(
+        "proximity: query word pairs within 8 words, + 0.1 (BM25's top 100 rescored)",
+        proximity=(0.1, 8, False),
+    ),
+    Direction(
+        "proximity: query word pairs as a phrase, + 0.25 (BM25's top 100 rescored)",
+        proximity=(0.25, 1, True),
+    ),
     Direction("neighbours: + 0.1 of the better neighbour's score", lift=("neighbour", 0.1)),
     Direction("section: + 0.1 of its section's best other chunk", lift=("section", 0.1)),
     Direction("document: + 0.1 of its document's best other chunk", lift=("document", 0.1)),
@@ -320,8 +386,11 @@ def replay_set(replay: Replay) -> dict[str, Any]:
         for q in replay.questions:
             text = replay.top(d.bm25(replay, q, config.BM25_K1_FULL_TEXT))
             same += [c for c, _ in text[:10]] == [c for c, _ in q.full_text[:10]]
-            text_scores = dict(text)
             channel = replay.top(d.bm25(replay, q, config.BM25_K1))
+            if d.proximity:
+                text = replay.proximity(q, text, *d.proximity)
+                channel = replay.proximity(q, channel, *d.proximity)
+            text_scores = dict(text)
             hybrid = fuse(q.vector[: d.depth], channel[: d.depth], q.vector_weight, d.fusion)
             if d.lift:
                 text_scores = lift(replay, text_scores, *d.lift)

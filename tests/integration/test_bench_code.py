@@ -17,6 +17,7 @@ from bench.directions import (
     ranked,
     replay_set,
     score,
+    tsv_positions,
 )
 from bench.scale import bench_scale
 from kbpg.client import Client
@@ -57,6 +58,16 @@ def test_synthetic_corpus_and_baselines(conn: psycopg.Connection, scifact: None)
     assert ours
     lat = common.lat([0.001, 0.002, 0.003])
     assert lat["p50_ms"] == 2.0 and lat["n"] == 3
+
+
+def test_tsv_positions_reads_a_tsvector(conn: psycopg.Connection) -> None:
+    text = conn.execute(
+        "SELECT setweight(to_tsvector('simple', 'it''s a cat a dog'), 'A')::text"
+    ).fetchone()[0]
+    assert tsv_positions(text) == {"it": [1], "s": [2], "a": [3, 5], "cat": [4], "dog": [6]}
+    quoted = conn.execute("SELECT $$'it''s':2,7B$$::tsvector::text").fetchone()[0]
+    assert tsv_positions(quoted) == {"it's": [2, 7]}
+    assert tsv_positions("") == {}
 
 
 def test_compare_alternates_the_two_databases(
