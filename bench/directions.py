@@ -59,6 +59,19 @@ def tsv_positions(text: str) -> dict[str, list[int]]:
     }
 
 
+CALIBRATION_QUERIES = 200
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A KB's score scales: mean and standard deviation of the vector and BM25 (k1 1.2)
+    scores in the channels' top 100, and of BM25's first score, over pseudo-queries."""
+
+    vector: tuple[float, float]
+    bm25: tuple[float, float]
+    bm25_first: tuple[float, float]
+
+
 class Replay:
     """One KB's serving index held in memory: postings by term and by chunk, and each
     chunk's title, path, document and position."""
@@ -143,6 +156,46 @@ class Replay:
                 (kb, q.text, json.dumps({"method": "hybrid", "fusion": "zscore", "top_k": 1})),
             ).fetchone()
             q.vector_weight = float(used[0]) if used and used[0] is not None else 0.5
+        self.calibration = self._calibrate(conn, kb, ix)
+
+    @staticmethod
+    def _calibrate(conn: Any, kb: str, ix: int) -> Calibration:
+        """The KB's own score scales, with no judgement: each channel's top 100 for
+        CALIBRATION_QUERIES pseudo-queries (the first 12 words of chunks drawn by a hash of
+        their ids), pooled."""
+        texts = [
+            " ".join(t.split()[:12])
+            for (t,) in conn.execute(
+                "SELECT content FROM kb.chunk WHERE index_id = %s ORDER BY md5(id::text) LIMIT %s",
+                (ix, CALIBRATION_QUERIES),
+            )
+        ]
+        pooled: dict[str, list[float]] = {"vector": [], "full_text": []}
+        firsts: list[float] = []
+        for text in texts:
+            for method in pooled:
+                scores = [
+                    float(s)
+                    for (s,) in conn.execute(
+                        "SELECT score FROM kb.search(%s, %s, options => %s::jsonb)",
+                        (
+                            kb,
+                            text,
+                            json.dumps(
+                                {"method": method, "top_k": DEPTH, "bm25_k1": config.BM25_K1}
+                            ),
+                        ),
+                    )
+                ]
+                pooled[method] += scores
+                if method == "full_text" and scores:
+                    firsts.append(scores[0])
+        spread = {m: (float(np.mean(v)), float(np.std(v)) or 1.0) for m, v in pooled.items()}
+        return Calibration(
+            spread["vector"],
+            spread["full_text"],
+            (float(np.mean(firsts)), float(np.std(firsts)) or 1.0),
+        )
 
     def bm25(
         self, weights: dict[int, float], k1: float, b: float = B, delta: float = 0.0
@@ -233,13 +286,28 @@ def _z(scores: list[float]) -> list[float]:
 
 
 def fuse(
-    vector: list[tuple[int, float]], text: list[tuple[int, float]], w: float, how: str
+    vector: list[tuple[int, float]],
+    text: list[tuple[int, float]],
+    w: float,
+    how: str,
+    cal: Calibration | None = None,
 ) -> dict[int, float]:
     """kb.search's zscore fusion: each list's scores as z-scores, a chunk missing from a
     list one below that list's lowest. ``how`` "minmax": scores scaled to 0..1 instead, a
     miss counting as the list's lowest; "zcap": BM25's z-scores capped at 2.5; "log": the
-    z-scores of ln(1 + BM25)."""
-    if how == "minmax":
+    z-scores of ln(1 + BM25); "calibrated": standardised by the KB's score scales (``cal``)
+    instead of the question's lists; "confident": BM25's weight times e^(0.25 z), z its
+    first score against the KB's usual first score (within ±2)."""
+    if how == "confident" and cal is not None and text:
+        z = max(-2.0, min(2.0, (text[0][1] - cal.bm25_first[0]) / cal.bm25_first[1]))
+        wt = (1 - w) * math.exp(0.25 * z)
+        return fuse(vector, text, w / (w + wt), "zscore")
+    if how == "calibrated" and cal is not None:
+        nv = [(s - cal.vector[0]) / cal.vector[1] for _, s in vector]
+        nt = [(s - cal.bm25[0]) / cal.bm25[1] for _, s in text]
+        low_v = min(nv) - 1 if nv else 0.0
+        low_t = min(nt) - 1 if nt else 0.0
+    elif how == "minmax":
         nv, nt = (_minmax([s for _, s in x]) for x in (vector, text))
         low_v = low_t = 0.0
     else:
@@ -337,6 +405,8 @@ DIRECTIONS = [
     Direction("fusion depth 50", depth=50),
     Direction("min-max fusion", fusion="minmax"),
     Direction("BM25 z-scores capped at 2.5", fusion="zcap"),
+    Direction("fusion calibrated on the KB's score scales", fusion="calibrated"),
+    Direction("BM25's weight by its first score against the KB's usual", fusion="confident"),
     Direction("z-scores of ln(1 + BM25)", fusion="log"),
     Direction("BM25 k1 1.2 for both", lambda r, q, k1: plain(r, q, 1.2)),
     Direction("BM25 k1 1.5 for both", lambda r, q, k1: plain(r, q, 1.5)),
@@ -391,7 +461,13 @@ def replay_set(replay: Replay) -> dict[str, Any]:
                 text = replay.proximity(q, text, *d.proximity)
                 channel = replay.proximity(q, channel, *d.proximity)
             text_scores = dict(text)
-            hybrid = fuse(q.vector[: d.depth], channel[: d.depth], q.vector_weight, d.fusion)
+            hybrid = fuse(
+                q.vector[: d.depth],
+                channel[: d.depth],
+                q.vector_weight,
+                d.fusion,
+                replay.calibration,
+            )
             if d.lift:
                 text_scores = lift(replay, text_scores, *d.lift)
                 hybrid = lift(replay, hybrid, *d.lift)

@@ -140,6 +140,9 @@ def test_directions_replay_ranks_as_search_does(
             assert mine["mrr@10"] == pytest.approx(float(scored["rr"]))
             assert mine["ndcg@10"] == pytest.approx(float(scored["ndcg"]), abs=1e-4)
         out = replay_set(replay)
+    cal = replay.calibration  # cosine similarities, and BM25 scores, of real lists
+    assert -1 < cal.vector[0] < 1 and cal.vector[1] > 0
+    assert cal.bm25[0] > 0 and cal.bm25_first[0] >= cal.bm25[0]
     assert out["bm25_replay"] == 1.0
     assert {d.label for d in DIRECTIONS} <= set(out)
     assert out["defaults"]["full_text"]["success@5"] == 1.0  # each question names its answer
