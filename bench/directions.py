@@ -87,6 +87,7 @@ class Replay:
         if row is None:
             raise SystemExit(f"directions: no serving index in KB {kb!r}")
         kb_id, ix, n, total, cfg = row
+        self.n = n
         post = conn.execute(
             "SELECT lexeme, chunk_id, tf, dl FROM kb.posting WHERE index_id = %s AND kb_id = %s",
             (ix, kb_id),
@@ -398,6 +399,21 @@ class Direction:
     depth: int = DEPTH
     lift: tuple[str, float] | None = None
     proximity: tuple[float, int, bool] | None = None  # Replay.proximity's share, window, ordered
+    weight: Callable[[Replay, Question], float] | None = None  # the question's vector weight
+
+
+_DEFAULTS = config.RetrievalConfig.model_fields
+_CUE_NO_ACRONYM = re.compile(r"\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w")
+
+
+def weight_without_acronyms(r: Replay, q: Question) -> float:
+    """kb._query_has_exact_cue less its acronym rule: an acronym leans on BM25 only where
+    it is a rare term, as any word is."""
+    rare = any(r.idf[t] >= 0.8 * math.log(max(r.n, 2)) for t in q.terms)
+    w = float(_DEFAULTS["vector_weight"].default)
+    if rare or _CUE_NO_ACRONYM.search(q.text):
+        return w
+    return min(1.0, w + float(_DEFAULTS["plain_query_shift"].default))
 
 
 DIRECTIONS = [
@@ -405,6 +421,10 @@ DIRECTIONS = [
     Direction("fusion depth 50", depth=50),
     Direction("min-max fusion", fusion="minmax"),
     Direction("BM25 z-scores capped at 2.5", fusion="zcap"),
+    Direction(
+        "plain_query_shift also for a query whose only cue is a common acronym",
+        weight=weight_without_acronyms,
+    ),
     Direction("fusion calibrated on the KB's score scales", fusion="calibrated"),
     Direction("BM25's weight by its first score against the KB's usual", fusion="confident"),
     Direction("z-scores of ln(1 + BM25)", fusion="log"),
@@ -464,7 +484,7 @@ def replay_set(replay: Replay) -> dict[str, Any]:
             hybrid = fuse(
                 q.vector[: d.depth],
                 channel[: d.depth],
-                q.vector_weight,
+                d.weight(replay, q) if d.weight else q.vector_weight,
                 d.fusion,
                 replay.calibration,
             )
