@@ -198,9 +198,11 @@ BEGIN
   v_kb := kb._get_kb_by_id(p_kb_id);
   PERFORM kb._check_query(p_query);
   v_ix := kb._active_index(v_kb);
-  IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text' THEN
+  IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text'
+     AND v_kb.retrieval_config->>'rerank_model' IS DISTINCT FROM 'llm' THEN
     -- The stored config was validated when written, and full_text embeds nothing: this
-    -- path runs no PL/Python at all.
+    -- path runs no PL/Python at all (rerank_model "llm" is resolved to the index
+    -- generation's chat model by kb._prepare_query).
     v_prep := ROW(v_kb.retrieval_config, NULL, NULL, NULL)::kb.prepared_query;
   ELSE
     v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);

@@ -477,7 +477,9 @@ class RetrievalConfig(Strict):
         description="onnx:/path/model.onnx (a local cross-encoder, tokenizer.json beside it), "
         "a litellm rerank model (cohere/rerank-english-v3.0, voyage/rerank-2, ...), or "
         "llm:<chat model> (llm:openai/gpt-4o-mini; llm:openai/NAME with rerank_api_base for "
-        "an OpenAI-compatible server): the chat model ranks the candidates in one call",
+        "an OpenAI-compatible server): the chat model ranks the candidates in one call; "
+        "llm alone: the knowledge base's own chat model (the one its indexing calls, with "
+        "that model's api_base and key)",
     )
     rerank_api_base: str | None = Field(
         None, max_length=2000, description="the rerank endpoint's URL, when self-hosted"

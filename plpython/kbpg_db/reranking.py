@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kbpg_db.configbase import LlmSettings
 
 _lock = threading.Lock()
 _sessions: dict[str, LocalCrossEncoder] = {}
@@ -149,6 +152,35 @@ def listwise_request(query: str, documents: list[str]) -> Any:
         validate,
         max_tokens=8 * n + 32,
     )
+
+
+OWN_CHAT_MODEL = "llm"
+
+
+def with_own_chat_model(cfg: dict[str, Any], llm: LlmSettings) -> dict[str, Any]:
+    """The retrieval config with rerank_model "llm" made the knowledge base's own chat
+    model (``llm``, the one its indexing calls): "llm:<model>", with that model's endpoint
+    and key where the config names none. Other configs are returned as they are."""
+    from kbpg_db.sqlstates import INVALID_PARAMETER, SqlError
+
+    if cfg.get("rerank_model") != OWN_CHAT_MODEL:
+        return cfg
+    if not llm.model:
+        raise SqlError(
+            'rerank_model "llm" ranks with the knowledge base\'s own chat model, and this '
+            "knowledge base has none",
+            INVALID_PARAMETER,
+            "its indexing_config names no chat model (extra.model, or knowledge_graph.model "
+            "with triplets)",
+            'name one: rerank_model "llm:openai/gpt-4o-mini", or "llm:openai/NAME" with '
+            "rerank_api_base for an OpenAI-compatible server",
+        )
+    return {
+        **cfg,
+        "rerank_model": LLM_PREFIX + llm.model,
+        "rerank_api_base": cfg.get("rerank_api_base") or llm.api_base,
+        "rerank_api_key_name": cfg.get("rerank_api_key_name") or llm.api_key_name,
+    }
 
 
 def llm_rerank(

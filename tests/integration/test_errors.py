@@ -53,6 +53,17 @@ CASES = [
     ),
     Case(
         "search",
+        "SELECT * FROM kb.search('docs', 'x', rerank => true, rerank_model => 'llm')",
+        "22023",
+        'rerank_model "llm" ranks with the knowledge base\'s own chat model, and this '
+        "knowledge base has none",
+        detail="its indexing_config names no chat model (extra.model, or knowledge_graph.model "
+        "with triplets)",
+        hint='name one: rerank_model "llm:openai/gpt-4o-mini", or "llm:openai/NAME" with '
+        "rerank_api_base for an OpenAI-compatible server",
+    ),
+    Case(
+        "search",
         "SELECT * FROM kb.search('docs', 'x', options => '{\"top_kk\": 3}')",
         "22023",
         'unknown field "top_kk"',

@@ -471,6 +471,45 @@ def test_rerank_by_a_chat_model_ranks_the_candidates_in_one_cached_call(
         client.search("kb1", "cats", rerank=True, rerank_model="llm:")
 
 
+def test_rerank_model_llm_is_the_knowledge_bases_own_chat_model(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """rerank_model "llm": the chat model the KB's indexing calls ranks the candidates,
+    through that model's endpoint and key; a KB with no chat model says so."""
+    from tests.integration.test_graph_index import api_kb
+
+    api_kb(client, conn, provider, enrichment="rules")  # GraphIndex, extra.model test-llm
+    provider.chat_calls.clear()
+
+    def rank(body: dict[str, Any]) -> str:
+        passages = re.findall(r"^\[(\d+)\] (.*)$", body["messages"][-1]["content"], re.M)
+        limits = [int(n) for n, text in passages if "100 requests" in text]
+        return json.dumps({"ranking": limits + [int(n) for n, _ in passages]})
+
+    provider.chat = rank
+    options: dict[str, Any] = {
+        "method": "full_text",
+        "rerank": True,
+        "rerank_model": "llm",
+        "reference_expansion": False,
+    }
+    plain = client.search("g", "tokens requests", method="full_text", reference_expansion=False)
+    assert "100 requests" not in plain[0].content and provider.chat_calls == []
+    hits = client.search("g", "tokens requests", top_k=2, **options)
+    assert len(provider.chat_calls) == 1 and provider.chat_calls[0]["model"] == "test-llm"
+    assert "100 requests" in hits[0].content and hits[0].usage is not None
+    usage = hits[0].usage["rerank"]
+    assert usage["model"] == "llm:openai/test-llm" and usage["llm"]["calls"] == 1
+    # Stored in the KB's config, on the full_text path that otherwise runs no PL/Python.
+    client.conn.execute("SELECT kb.set_retrieval_config('g', %s)", (json.dumps(options),))
+    assert "100 requests" in client.search("g", "tokens requests")[0].content
+    # A KB whose indexing calls no chat model.
+    build(client, conn, provider)
+    with pytest.raises(Exception, match="own chat model, and this knowledge base has none"):
+        client.search("kb1", "cats", rerank=True, rerank_model="llm")
+    assert client.search("kb1", "cats", rerank=False, rerank_model="llm")  # not asked to rerank
+
+
 def test_halfvec_for_large_models(client: Client, conn: psycopg.Connection) -> None:
     with FakeProvider(dim=3072) as big:
         remote_kb(client, conn, big, "big")
