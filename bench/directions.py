@@ -129,19 +129,17 @@ class Replay:
                 index[x]: at for x, at in tsv_positions(tsv).items() if x in index
             }
         for q in questions:
-            lex = conn.execute(
-                "SELECT kb._config_lexemes(%s::jsonb, %s)", (json.dumps(cfg), q.text)
-            ).fetchone()
-            q.terms = sorted({index[x] for x in (lex[0] if lex else None) or [] if x in index})
+            # The query's tsvector: its lexemes (kb._config_lexemes's) and their positions.
             qtsv = conn.execute(
                 "SELECT kb.text_tsvector(%s::jsonb, %s)::text", (json.dumps(cfg), q.text)
             ).fetchone()
-            seq = sorted(
-                (at, index[x])
+            words = {
+                index[x]: ats
                 for x, ats in tsv_positions(qtsv[0] if qtsv else "").items()
                 if x in index
-                for at in ats
-            )
+            }
+            q.terms = sorted(words)
+            seq = sorted((at, t) for t, ats in words.items() for at in ats)
             q.pairs = sorted(
                 {(a, b) for (i, a), (j, b) in itertools.pairwise(seq) if a != b and j - i <= 3}
             )

@@ -26,10 +26,10 @@ def prepare(
 
     icfg = config.indexing_cached(indexing_config)
     cfg = config.retrieval_cached(retrieval_config, overrides, icfg.strategy)
-    if cfg.get("rerank") and cfg.get("rerank_model") == "llm":
+    if cfg.get("rerank"):
         from kbpg_db import reranking
 
-        cfg = reranking.with_own_chat_model(cfg, icfg.llm())
+        cfg = reranking.with_own_chat_model(cfg, icfg)
     out: dict[str, Any] = {
         "config": json.dumps(cfg),
         "embedding": None,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from kbpg_db.configbase import LlmSettings
+    from kbpg_db.config import IndexingConfig
 
 _lock = threading.Lock()
 _sessions: dict[str, LocalCrossEncoder] = {}
@@ -157,14 +157,15 @@ def listwise_request(query: str, documents: list[str]) -> Any:
 OWN_CHAT_MODEL = "llm"
 
 
-def with_own_chat_model(cfg: dict[str, Any], llm: LlmSettings) -> dict[str, Any]:
+def with_own_chat_model(cfg: dict[str, Any], icfg: IndexingConfig) -> dict[str, Any]:
     """The retrieval config with rerank_model "llm" made the knowledge base's own chat
-    model (``llm``, the one its indexing calls): "llm:<model>", with that model's endpoint
-    and key where the config names none. Other configs are returned as they are."""
+    model (the one its indexing calls, ``icfg.llm()``): "llm:<model>", with that model's
+    endpoint and key where the config names none. Other configs are returned as they are."""
     from kbpg_db.sqlstates import INVALID_PARAMETER, SqlError
 
     if cfg.get("rerank_model") != OWN_CHAT_MODEL:
         return cfg
+    llm = icfg.llm()
     if not llm.model:
         raise SqlError(
             'rerank_model "llm" ranks with the knowledge base\'s own chat model, and this '
