@@ -46,17 +46,19 @@ HEADING_SEPARATOR = " > "
 # The most of a chunk's token budget its embedded heading path may take: a long heading
 # (a link with a long URL, in converted HTML) is cut there, never the chunk's text.
 HEADING_SHARE = 0.25
-# A link's target: <...>, or a URL (one level of parentheses inside it), then an optional
+# A code span, kept as it is (`buf[Symbol.dispose]()` is no link), or a link: its text,
+# then its target: <...>, or a URL (one level of parentheses inside it), then an optional
 # title in quotes or parentheses, which may hold parentheses of its own.
 _MD_LINK = re.compile(
-    r"!?\[([^\]]*)\]\((?:<[^>]*>|(?:[^()\s]|\([^()\s]*\))*)"
+    r"(?P<code>(?P<ticks>`+).+?(?P=ticks))"
+    r"|!?\[(?P<text>[^\]]*)\]\((?:<[^>]*>|(?:[^()\s]|\([^()\s]*\))*)"
     r"""(?:\s+(?:"[^"]*"|'[^']*'|\([^)]*\)))?\s*\)|<(?:https?|mailto):[^>]*>"""
 )
 
 
 def heading_text(title: str) -> str:
     """A heading as a path element: Markdown links and images as their text, no URLs."""
-    return " ".join(_MD_LINK.sub(lambda m: m.group(1) or "", title).split())
+    return " ".join(_MD_LINK.sub(lambda m: m["code"] or m["text"] or "", title).split())
 
 
 def embedded_header(path: list[str], chunk_size: int) -> str:

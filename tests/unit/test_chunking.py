@@ -383,6 +383,9 @@ def test_a_long_heading_never_starves_the_chunk_budget() -> None:
         ),
         ("[Foo](https://en.wikipedia.org/wiki/Foo_(bar)) and ![logo](a.png)", "Foo and logo"),
         ("[a](b 'single') [c](<d e> (paren)) <https://x.y/z>", "a c"),
+        # Brackets and parentheses inside a code span are code, not a link (Node.js's API).
+        ("`subprocess[Symbol.dispose]()`", "`subprocess[Symbol.dispose]()`"),
+        ("Class: `fs.Dir` and [`net.Socket`](#x)", "Class: `fs.Dir` and `net.Socket`"),
     ],
 )
 def test_heading_text_keeps_link_text_only(heading: str, text: str) -> None:
