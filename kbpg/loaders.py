@@ -150,6 +150,8 @@ def load_file(
             content, page_starts, meta = load_pdf(path, original)
         else:
             content = load_text(path)
+            if suffix in (".md", ".markdown"):  # as the server converts Markdown files
+                content = _check_text(path, convert.readable_markdown(content))
     except OSError as exc:
         raise DocumentError(f"{path}: cannot be read ({exc.strerror})") from None
     if title is None:

@@ -193,6 +193,75 @@ def decode_text(data: bytes, what: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_MD_CODE_SPAN = r"(?P<code>(?P<ticks>`+)[^`\n](?:[^\n]*?[^`\n])?(?P=ticks)(?!`))"
+# A code span (kept) or an HTML comment (dropped); "<!--" with no "-->" is text.
+_MD_COMMENT = re.compile(_MD_CODE_SPAN + r"|<!--.*?-->", re.S)
+# A link reference definition: [label]: destination, an optional title, nothing else.
+_MD_DEFINITION = re.compile(
+    r"""^ {0,3}\[((?:[^\]\\]|\\.)+)\]:[ \t]*(?:<[^>\n]*>|\S+)"""
+    r"""(?:[ \t]+(?:"[^"\n]*"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$""",
+    re.M,
+)
+# A code span (kept), or a reference link: [text][label], [text][] or [text] alone.
+_MD_REFERENCE = re.compile(
+    _MD_CODE_SPAN + r"|(?<![\\!\]])\[(?P<text>(?:[^\[\]\\`\n]|\\.|`[^`\n]*`)+)\]"
+    r"(?:\[(?P<label>[^\[\]\n]*)\]|(?![(:\[]))"
+)
+
+
+def _label(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _md_blocks(text: str) -> list[tuple[bool, str]]:
+    """The text as (is fenced code, lines) runs, in order."""
+    out: list[tuple[bool, list[str]]] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        mark = _MD_FENCE.match(line)
+        code = fence is not None
+        if mark and fence is None:
+            fence, code = mark.group(1)[0] * 3, True
+        elif mark and mark.group(1).startswith(fence or "\0"):
+            fence = None
+        if out and out[-1][0] == code:
+            out[-1][1].append(line)
+        else:
+            out.append((code, [line]))
+    return [(code, "\n".join(lines)) for code, lines in out]
+
+
+def readable_markdown(text: str) -> str:
+    """Markdown as a reader sees it rendered: no HTML comments (version notes, build
+    markers), no link reference definitions, and a reference link ``[text][label]`` as its
+    text where its label is defined. Fenced code blocks and code spans stay as they are."""
+    if "<!--" not in text and "]:" not in text:
+        return text
+    blocks = _md_blocks(text)
+    labels: set[str] = set()
+    prose: list[tuple[bool, str]] = []
+    for code, part in blocks:
+        if not code:
+            part = _MD_COMMENT.sub(lambda m: m["code"] or "", part)
+            labels.update(_label(m.group(1)) for m in _MD_DEFINITION.finditer(part))
+            part = re.sub(r"\n{3,}", "\n\n", _MD_DEFINITION.sub("", part))
+        prose.append((code, part))
+    out = [
+        part
+        if code or not labels
+        else _MD_REFERENCE.sub(
+            lambda m: (
+                m["code"] or (m["text"] if _label(m["label"] or m["text"]) in labels else m[0])
+            ),
+            part,
+        )
+        for code, part in prose
+    ]
+    cleaned = "\n".join(out).strip("\n")
+    return cleaned + "\n" if text.endswith("\n") else cleaned
+
+
 def _guess_decode(data: bytes, what: str) -> str:
     from charset_normalizer import from_bytes  # MarkItDown's dependency
 
@@ -935,7 +1004,9 @@ def convert(data: bytes, file_name: str, limits: Limits | None = None) -> Conver
         out = convert_csv(data, limits, file_name)
     elif fmt == "json":
         out = convert_json(data, limits)
-    elif fmt in ("markdown", "text"):
+    elif fmt == "markdown":
+        out = Converted(readable_markdown(decode_text(data, "the file")), fmt)
+    elif fmt == "text":
         out = Converted(decode_text(data, "the file"), fmt)
     elif fmt == "xml":
         out = convert_xml(data, limits)

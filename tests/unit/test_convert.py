@@ -172,6 +172,32 @@ def test_ipynb_markdown_and_text() -> None:
     assert "caf" in latin.content
 
 
+def test_markdown_is_indexed_as_it_reads_rendered() -> None:
+    # Node.js's API pages: version history in HTML comments, reference-style links with
+    # their definitions at the end. A reader sees neither the comments nor the URLs.
+    page = (
+        "# File system\n\n<!--introduced_in=v0.10.0-->\n\n"
+        "### `fs.readFile(path[, options])`\n\n<!-- YAML\nadded: v10.0.0\nchanges:\n"
+        "  - version: v15.2.0\n    pr-url: https://github.com/nodejs/node/pull/35911\n-->\n\n"
+        "Reads a [Readable][] stream; see [`fs.open()`][] and [the guide][g]. Kept: "
+        "[unknown][nope], [inline](https://x.example), `a[0]` and `<!--` in code.\n"
+        "Before <!-- a note --> after.\n\n"
+        "```html\n<!-- markup in an example -->\n[a]: https://kept.example\n```\n\n"
+        "[Readable]: stream.md#class-streamreadable\n[`fs.open()`]: #fsopen\n"
+        '[g]: https://example.com/guide "The guide"\n'
+    )
+    text = convert.convert(page.encode(), "fs.md").content
+    assert text == (
+        "# File system\n\n### `fs.readFile(path[, options])`\n\n"
+        "Reads a Readable stream; see `fs.open()` and the guide. Kept: [unknown][nope], "
+        "[inline](https://x.example), `a[0]` and `<!--` in code.\nBefore  after.\n\n"
+        "```html\n<!-- markup in an example -->\n[a]: https://kept.example\n```\n"
+    )
+    # A comment that is never closed is text, and plain text files are left as they are.
+    assert convert.convert(b"a <!-- b\n\nc\n", "x.md").content == "a <!-- b\n\nc\n"
+    assert convert.convert(b"a <!-- b -->\n", "x.txt").content == "a <!-- b -->\n"
+
+
 def test_format_by_extension_then_content() -> None:
     assert convert.format_of("Report.DOCX") == "docx"
     assert convert.format_of("noext", b"%PDF-1.7\n...") == "pdf"

@@ -29,6 +29,12 @@ def test_text_and_pdf(tmp_path: Path) -> None:
     md.write_text("# Title\r\nbody\r\n")
     doc = load_file(md, root=tmp_path, metadata={"category": "x"})
     assert (doc.title, doc.content, doc.metadata["category"]) == ("a.md", "# Title\nbody\n", "x")
+    # Markdown as the server converts it: no comments or link definitions; text kept as is.
+    md.write_text("# T\n\n<!-- YAML\nadded: v1\n-->\n\nSee [docs][].\n\n[docs]: https://x.y\n")
+    assert load_file(md).content == "# T\n\nSee docs.\n"
+    txt = tmp_path / "a.txt"
+    txt.write_text("a <!-- b -->\n")
+    assert load_file(txt).content == "a <!-- b -->\n"
     p = load_file(pdf(tmp_path / "b.pdf", ["page one", "page two"]))
     assert p.page_starts == [0, len("page one") + 2]
     assert p.content.split("\n\n") == ["page one", "page two"]
