@@ -46,6 +46,10 @@ class Question:
     full_text: list[tuple[int, float]] = field(default_factory=list)  # the SQL's BM25 list
     vector_weight: float = 0.5  # kb.search's, plain_query_shift included
     pairs: list[tuple[int, int]] = field(default_factory=list)  # neighbouring query words
+    counts: dict[int, int] = field(default_factory=dict)  # how often each term is in it
+    embedding: np.ndarray | None = None  # the query's, as kb.embed_query makes it
+    common: set[int] = field(default_factory=set)  # terms of its common English words
+    commoner: set[int] = field(default_factory=set)  # those among the first 10,000 tokens
 
 
 _TSV_ENTRY = re.compile(r"'((?:[^']|'')*)':([0-9A-D,]+)")
@@ -99,6 +103,7 @@ class Replay:
         tf = np.array([p[2] for p in post], dtype=np.float64)
         dl = np.array([p[3] for p in post], dtype=np.float64)
         self.ids = np.unique(chunk)
+        self.row = {int(c): i for i, c in enumerate(self.ids)}
         at = np.searchsorted(self.ids, chunk)
         df = np.bincount(term, minlength=len(self.lexemes))
         self.idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
@@ -139,6 +144,19 @@ class Replay:
                 if x in index
             }
             q.terms = sorted(words)
+            common = " ".join(w for w in re.findall(r"[A-Za-z]+", q.text) if common_word(w))
+            ctsv = conn.execute(
+                "SELECT kb.text_tsvector(%s::jsonb, %s)::text", (json.dumps(cfg), common)
+            ).fetchone()
+            q.common = {index[x] for x in tsv_positions(ctsv[0] if ctsv else "") if x in index}
+            commoner = " ".join(
+                w for w in re.findall(r"[A-Za-z]+", q.text) if common_word(w, 10_000)
+            )
+            ctsv = conn.execute(
+                "SELECT kb.text_tsvector(%s::jsonb, %s)::text", (json.dumps(cfg), commoner)
+            ).fetchone()
+            q.commoner = {index[x] for x in tsv_positions(ctsv[0] if ctsv else "") if x in index}
+            q.counts = {t: len(ats) for t, ats in words.items()}
             seq = sorted((at, t) for t, ats in words.items() for at in ats)
             q.pairs = sorted(
                 {(a, b) for (i, a), (j, b) in itertools.pairwise(seq) if a != b and j - i <= 3}
@@ -155,6 +173,21 @@ class Replay:
                 (kb, q.text, json.dumps({"method": "hybrid", "fusion": "zscore", "top_k": 1})),
             ).fetchone()
             q.vector_weight = float(used[0]) if used and used[0] is not None else 0.5
+        # Every chunk's embedding, normalised: a candidate's exact vector score (cosine,
+        # as kb.vector_search scores) where only BM25 found it.
+        emb = dict(
+            conn.execute(
+                "SELECT chunk_id, embedding::real[] FROM kb.embedding "
+                "WHERE index_id = %s AND kb_id = %s",
+                (ix, kb_id),
+            ).fetchall()
+        )
+        dim = len(next(iter(emb.values())))
+        self.embeddings = np.array([emb.get(int(c), [0.0] * dim) for c in self.ids])
+        self.embeddings /= np.maximum(np.linalg.norm(self.embeddings, axis=1), 1e-12)[:, None]
+        for q in questions:
+            vec = conn.execute("SELECT kb.embed_query(%s, %s)", (kb, q.text)).fetchone()
+            q.embedding = np.array(vec[0]) / max(float(np.linalg.norm(vec[0])), 1e-12)
         self.calibration = self._calibrate(conn, kb, ix)
 
     @staticmethod
@@ -324,6 +357,34 @@ def fuse(
     return {c: w * zv.get(c, low_v) + (1 - w) * zt.get(c, low_t) for c in {*zv, *zt}}
 
 
+def fuse_complete(
+    vector: list[tuple[int, float]],
+    text: list[tuple[int, float]],
+    w: float,
+    vector_all: np.ndarray,
+    text_all: np.ndarray,
+    at: dict[int, int],
+) -> dict[int, float]:
+    """Z-score fusion over the union of the two lists, each candidate with its real score
+    in both channels (standardised by each list's mean and spread) instead of a stand-in
+    below the other list's last."""
+    out: dict[int, float] = {}
+    scales = []
+    for hits in (vector, text):
+        vals = [s for _, s in hits]
+        mean = sum(vals) / len(vals) if vals else 0.0
+        sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals)) if vals else 1.0
+        scales.append((mean, sd or 1.0))
+    (mv, sv), (mt, st) = scales
+    listed_v, listed_t = dict(vector), dict(text)
+    for c in listed_v.keys() | listed_t.keys():
+        i = at.get(c)  # None: a chunk with no indexed term (its BM25 score is 0)
+        v = listed_v[c] if c in listed_v else float(vector_all[i]) if i is not None else 0.0
+        t = listed_t[c] if c in listed_t else float(text_all[i]) if i is not None else 0.0
+        out[c] = w * (v - mv) / sv + (1 - w) * (t - mt) / st
+    return out
+
+
 def _minmax(scores: list[float]) -> list[float]:
     lo, hi = min(scores, default=0.0), max(scores, default=0.0)
     return [(s - lo) / (hi - lo) if hi > lo else 0.0 for s in scores]
@@ -386,6 +447,26 @@ def plain(r: Replay, q: Question, k1: float) -> np.ndarray:
     return r.bm25(dict.fromkeys(q.terms, 1.0), k1)
 
 
+def by_query_count(r: Replay, q: Question, k1: float, k3: float | None) -> np.ndarray:
+    """Each term weighted by how often the question says it: qtf, or (k3 + 1) qtf /
+    (k3 + qtf) with k3 set (Robertson's saturation)."""
+    return r.bm25(
+        {t: n if k3 is None else (k3 + 1) * n / (k3 + n) for t, n in q.counts.items()}, k1
+    )
+
+
+def compounds_once(r: Replay, q: Question, k1: float) -> np.ndarray:
+    """A hyphenated word counted once: the parser's whole compound ('tnf-alpha') is left
+    out where its parts ('tnf', 'alpha') are query terms too."""
+    held = {r.lexemes[t] for t in q.terms}
+    keep = [
+        t
+        for t in q.terms
+        if "-" not in r.lexemes[t] or not all(p in held for p in r.lexemes[t].split("-") if p)
+    ]
+    return r.bm25(dict.fromkeys(keep, 1.0), k1)
+
+
 @dataclass(frozen=True)
 class Direction:
     """A change to the defaults: the question's BM25 scores (given the default k1 of the
@@ -402,6 +483,7 @@ class Direction:
 
 _DEFAULTS = config.RetrievalConfig.model_fields
 _CUE_NO_ACRONYM = re.compile(r"\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w")
+_CUE = re.compile(r"\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w|\b[A-Z]{2,}\b")
 
 
 def weight_without_acronyms(r: Replay, q: Question) -> float:
@@ -412,6 +494,43 @@ def weight_without_acronyms(r: Replay, q: Question) -> float:
     if rare or _CUE_NO_ACRONYM.search(q.text):
         return w
     return min(1.0, w + float(_DEFAULTS["plain_query_shift"].default))
+
+
+COMMON_RANK = 20_000
+
+
+def common_word(word: str, rank: int = COMMON_RANK) -> bool:
+    """A common English word: " word" is one token of cl100k_base among its first
+    ``rank`` (BPE merges come roughly in the order of their frequency)."""
+    from kbpg_db import tokens
+
+    ids = tokens.encoding().encode(" " + word.lower())
+    return len(ids) == 1 and ids[0] < rank
+
+
+def weight_rare_not_common(
+    r: Replay, q: Question, acronyms: bool = True, first: bool = False
+) -> float:
+    """kb._query_has_exact_cue where a rare term counts only if it is not a common English
+    word (rare in this KB, but a paraphrase's word: "disk", "everything", "behind")."""
+    rare = any(
+        r.idf[t] >= 0.8 * math.log(max(r.n, 2))
+        for t in q.terms
+        if t not in (q.commoner if first else q.common)
+    )
+    cue = _CUE if acronyms else _CUE_NO_ACRONYM
+    w = float(_DEFAULTS["vector_weight"].default)
+    if rare or cue.search(q.text):
+        return w
+    return min(1.0, w + float(_DEFAULTS["plain_query_shift"].default))
+
+
+def weight_on_disagreement(r: Replay, q: Question, shift: float, depth: int = 10) -> float:
+    """The question's vector weight, ``shift`` more where the two channels' first ``depth``
+    results share no section (one of them has missed; BM25 more often, on paraphrases)."""
+    text = {r.path[c] for c, _ in r.top(plain(r, q, config.BM25_K1), depth)}
+    vector = {r.path.get(c) for c, _ in q.vector[:depth]}
+    return q.vector_weight if text & vector else min(1.0, q.vector_weight + shift)
 
 
 DIRECTIONS = [
@@ -426,6 +545,31 @@ DIRECTIONS = [
     Direction("fusion calibrated on the KB's score scales", fusion="calibrated"),
     Direction("BM25's weight by its first score against the KB's usual", fusion="confident"),
     Direction("z-scores of ln(1 + BM25)", fusion="log"),
+    Direction("each candidate's real score in both channels", fusion="complete"),
+    Direction(
+        "a rare term is an exact cue only if it is no common English word",
+        weight=weight_rare_not_common,
+    ),
+    Direction(
+        "a rare term is an exact cue only if it is none of the 10,000 commonest words",
+        weight=lambda r, q: weight_rare_not_common(r, q, first=True),
+    ),
+    Direction(
+        "a rare term is an exact cue only if it is no common English word; acronyms too",
+        weight=lambda r, q: weight_rare_not_common(r, q, acronyms=False),
+    ),
+    Direction(
+        "vector weight 0.2 more where the channels' first 10 share no section",
+        weight=lambda r, q: weight_on_disagreement(r, q, 0.2),
+    ),
+    Direction(
+        "vector weight 0.2 more where the channels' first 5 share no section",
+        weight=lambda r, q: weight_on_disagreement(r, q, 0.2, 5),
+    ),
+    Direction(
+        "vector weight 0.1 more for every question (0.6, 0.8 with plain_query_shift)",
+        weight=lambda r, q: min(1.0, q.vector_weight + 0.1),
+    ),
     Direction("BM25 k1 1.2 for both", lambda r, q, k1: plain(r, q, 1.2)),
     Direction("BM25 k1 1.5 for both", lambda r, q, k1: plain(r, q, 1.5)),
     Direction(
@@ -440,6 +584,15 @@ DIRECTIONS = [
         "BM25 b 0.9 for both",
         lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), k1, 0.9),
     ),
+    Direction(
+        "BM25 query terms weighted by how often the question says them",
+        lambda r, q, k1: by_query_count(r, q, k1, None),
+    ),
+    Direction(
+        "BM25 query terms weighted by their saturated count (k3 1.2)",
+        lambda r, q, k1: by_query_count(r, q, k1, 1.2),
+    ),
+    Direction("BM25 hyphenated words counted once (their parts only)", compounds_once),
     Direction(
         "BM25+ (delta 0.25)",
         lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), k1, delta=0.25),
@@ -479,13 +632,20 @@ def replay_set(replay: Replay) -> dict[str, Any]:
                 text = replay.proximity(q, text, *d.proximity)
                 channel = replay.proximity(q, channel, *d.proximity)
             text_scores = dict(text)
-            hybrid = fuse(
-                q.vector[: d.depth],
-                channel[: d.depth],
-                d.weight(replay, q) if d.weight else q.vector_weight,
-                d.fusion,
-                replay.calibration,
-            )
+            w = d.weight(replay, q) if d.weight else q.vector_weight
+            if d.fusion == "complete":
+                hybrid = fuse_complete(
+                    q.vector[: d.depth],
+                    channel[: d.depth],
+                    w,
+                    replay.embeddings @ q.embedding,
+                    d.bm25(replay, q, config.BM25_K1),
+                    replay.row,
+                )
+            else:
+                hybrid = fuse(
+                    q.vector[: d.depth], channel[: d.depth], w, d.fusion, replay.calibration
+                )
             if d.lift:
                 text_scores = lift(replay, text_scores, *d.lift)
                 hybrid = lift(replay, hybrid, *d.lift)

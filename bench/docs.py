@@ -1,4 +1,5 @@
-"""docs: the documentation sets (data/docs-pg, data/docs-python), every method and fusion setting."""
+"""docs: the documentation sets (data/docs-pg, data/docs-python, data/docs-node), every method
+and fusion setting."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ def docs_dir(name: str = "docs-pg") -> Path:
 
 
 # The documentation sets: the PostgreSQL manual with questions that mostly carry a word of
-# their answer, and the Python library reference with questions that carry none.
+# their answer, and the Python library reference (HTML) and Node.js API reference
+# (Markdown) with questions that name none of theirs.
 DOCS_SETS = {
     "docs-pg": "PostgreSQL 15 manual pages, developer questions",
     "docs-python": "Python 3.11 library reference pages, paraphrased questions",
+    "docs-node": "Node.js 20 API reference in Markdown, paraphrased questions",
 }
 
 # Retrieval settings scored on the documentation sets: the channels alone, then fusion.
@@ -36,7 +39,7 @@ DOCS_RUNS: list[tuple[str, dict[str, Any]]] = [
 
 
 def bench_docs(dsn: str, quick: bool) -> dict[str, Any]:
-    """Each documentation set (data/docs-pg, data/docs-python): its HTML pages through
+    """Each documentation set (data/docs-pg, data/docs-python, data/docs-node): its pages through
     kb.add_file, its questions with a gold section each, every method and fusion setting
     scored with kb.run_test_set (Success@1/@5, MRR@10, nDCG@10), and search latency."""
     out: dict[str, Any] = {
@@ -46,6 +49,12 @@ def bench_docs(dsn: str, quick: bool) -> dict[str, Any]:
     for name in DOCS_SETS:
         out[name] = _bench_docs_set(dsn, name, quick)
     return out
+
+
+def doc_pages(name: str) -> list[Path]:
+    """A documentation set's pages: html/*.html or md/*.md."""
+    folder = docs_dir(name)
+    return sorted([*folder.glob("html/*.html"), *folder.glob("md/*.md")])
 
 
 def docs_questions(name: str) -> list[dict[str, Any]]:
@@ -62,8 +71,7 @@ def ensure_docs_kb(dsn: str, name: str) -> dict[str, Any]:
 
     from kbpg.worker import Worker
 
-    folder = docs_dir(name)
-    pages = sorted((folder / "html").glob("*.html"))
+    pages = doc_pages(name)
     questions = docs_questions(name)
     kb = f"bench-{name}"
     out: dict[str, Any] = {"pages": len(pages), "questions": len(questions)}

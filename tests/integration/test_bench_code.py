@@ -136,6 +136,11 @@ def test_directions_replay_ranks_as_search_does(
             scored = c.execute(
                 "SELECT kb.score_query('replay', %s, %s)", (q.text, q.expected)
             ).fetchone()[0]
+            # The replay's own vector scores (for candidates BM25 alone found) are kb.search's.
+            exact = replay.embeddings @ q.embedding
+            for cid, sim in q.vector:
+                if cid in replay.row:
+                    assert exact[replay.row[cid]] == pytest.approx(sim, abs=1e-5)
             mine = score(replay, q, hybrid)
             assert mine["mrr@10"] == pytest.approx(float(scored["rr"]))
             assert mine["ndcg@10"] == pytest.approx(float(scored["ndcg"]), abs=1e-4)

@@ -22,10 +22,10 @@ def questions(name: str) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-@pytest.mark.parametrize("name", ["docs-pg", "docs-python"])
+@pytest.mark.parametrize("name", ["docs-pg", "docs-python", "docs-node"])
 def test_gold_sections_exist_and_answer(name: str) -> None:
     sections: dict[str, list[tuple[str, str]]] = {}
-    for page in sorted((DATA / name / "html").iterdir()):
+    for page in sorted([*(DATA / name).glob("html/*.html"), *(DATA / name).glob("md/*.md")]):
         text = convert.convert(page.read_bytes(), page.name).content
         sections[page.name] = [
             (" › ".join([page.name, *c.heading_path]), c.content)
@@ -45,7 +45,8 @@ def test_gold_sections_exist_and_answer(name: str) -> None:
         assert any(q["needle"].lower() in t.lower() for t in texts), q
 
 
-def test_paraphrased_questions_name_nothing_of_their_answer() -> None:
-    for q in questions("docs-python"):
+@pytest.mark.parametrize("name", ["docs-python", "docs-node"])
+def test_paraphrased_questions_name_nothing_of_their_answer(name: str) -> None:
+    for q in questions(name):
         assert q["needle"].lower() not in q["query"].lower(), q
         assert not IDENTIFIER.search(q["query"]), q
