@@ -232,10 +232,42 @@ def _md_blocks(text: str) -> list[tuple[bool, str]]:
     return [(code, "\n".join(lines)) for code, lines in out]
 
 
+# Front matter: YAML between "---" lines (Jekyll, Hugo, Docusaurus, MkDocs) or TOML
+# between "+++" lines (Hugo), at the very start of the file.
+_FRONT_MATTER = re.compile(
+    r"\A(?:---[ \t]*\n(.*?)\n(?:---|\.\.\.)|\+\+\+[ \t]*\n(.*?)\n\+\+\+)[ \t]*(?:\n|\Z)", re.S
+)
+_FRONT_TITLE = re.compile(
+    r"""^title[ \t]*[:=][ \t]*(?:"([^"\n]*)"|'([^'\n]*)'|([^\n#]*?))[ \t]*$""", re.M
+)
+_FIELD_LINE = re.compile(r"^(?:[\w-]+[ \t]*[:=].*|[ \t-].*|#.*|)$")
+
+
+def front_matter(text: str) -> tuple[str, str | None]:
+    """The text without its front matter, and the title the front matter gives. A block
+    whose lines are not all fields (``key: value``, ``key = value``, indented or list
+    lines, comments) is text, not front matter."""
+    m = _FRONT_MATTER.match(text)
+    if not m:
+        return text, None
+    body = m.group(1) if m.group(1) is not None else m.group(2)
+    if not all(_FIELD_LINE.match(line) for line in body.split("\n")):
+        return text, None
+    t = _FRONT_TITLE.search(body)
+    title = next((g for g in t.groups() if g), None) if t else None
+    return text[m.end() :], (title.strip() or None) if title else None
+
+
 def readable_markdown(text: str) -> str:
-    """Markdown as a reader sees it rendered: no HTML comments (version notes, build
-    markers), no link reference definitions, and a reference link ``[text][label]`` as its
-    text where its label is defined. Fenced code blocks and code spans stay as they are."""
+    """Markdown as a reader sees it rendered: no front matter (its ``title`` becomes the
+    first heading where the page has no heading of its own first, as documentation sites
+    show it), no HTML comments (version notes, build markers), no link reference
+    definitions, and a reference link ``[text][label]`` as its text where its label is
+    defined. Fenced code blocks and code spans stay as they are."""
+    if text.startswith(("---", "+++")):
+        text, title = front_matter(text)
+        if title and not re.match(r"\s*#[ \t]", text):
+            text = f"# {title}\n\n{text.lstrip(chr(10))}"
     if "<!--" not in text and "]:" not in text:
         return text
     blocks = _md_blocks(text)

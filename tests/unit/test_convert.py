@@ -193,6 +193,16 @@ def test_markdown_is_indexed_as_it_reads_rendered() -> None:
         "[inline](https://x.example), `a[0]` and `<!--` in code.\nBefore  after.\n\n"
         "```html\n<!-- markup in an example -->\n[a]: https://kept.example\n```\n"
     )
+    # Front matter (Docusaurus, Jekyll, Hugo) is no text; its title heads a page that has
+    # no heading of its own first, as documentation sites show it.
+    docusaurus = (
+        b'---\ntitle: "Getting started"\nsidebar_position: 2\ntags:\n  - intro\n---\n\nRun it.\n'
+    )
+    assert convert.convert(docusaurus, "start.md").content == "# Getting started\n\nRun it.\n"
+    hugo = b"+++\ntitle = 'Hugo page'\ndate = 2024-01-01\n+++\n# Own heading\n\nBody\n"
+    assert convert.convert(hugo, "page.md").content == "# Own heading\n\nBody\n"
+    rules = b"---\nA thematic break, then a sentence.\n---\n\nmore\n"
+    assert convert.convert(rules, "x.md").content == rules.decode()
     # A comment that is never closed is text, and plain text files are left as they are.
     assert convert.convert(b"a <!-- b\n\nc\n", "x.md").content == "a <!-- b\n\nc\n"
     assert convert.convert(b"a <!-- b -->\n", "x.txt").content == "a <!-- b -->\n"
