@@ -195,8 +195,11 @@ def decode_text(data: bytes, what: str) -> str:
 
 _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _MD_CODE_SPAN = r"(?P<code>(?P<ticks>`+)[^`\n](?:[^\n]*?[^`\n])?(?P=ticks)(?!`))"
-# A code span (kept) or an HTML comment (dropped); "<!--" with no "-->" is text.
-_MD_COMMENT = re.compile(_MD_CODE_SPAN + r"|<!--.*?-->", re.S)
+# A code span or a line of indented code (kept), or an HTML comment (dropped); "<!--"
+# with no "-->" is text.
+_MD_COMMENT = re.compile(
+    _MD_CODE_SPAN + r"|(?P<indented>^(?: {4}|\t)[^\n]*)|<!--.*?-->", re.S | re.M
+)
 # A link reference definition: [label]: destination, an optional title, nothing else.
 _MD_DEFINITION = re.compile(
     r"""^ {0,3}\[((?:[^\]\\]|\\.)+)\]:[ \t]*(?:<[^>\n]*>|\S+)"""
@@ -275,7 +278,7 @@ def readable_markdown(text: str) -> str:
     prose: list[tuple[bool, str]] = []
     for code, part in blocks:
         if not code:
-            part = _MD_COMMENT.sub(lambda m: m["code"] or "", part)
+            part = _MD_COMMENT.sub(lambda m: m["code"] or m["indented"] or "", part)
             labels.update(_label(m.group(1)) for m in _MD_DEFINITION.finditer(part))
             part = re.sub(r"\n{3,}", "\n\n", _MD_DEFINITION.sub("", part))
         prose.append((code, part))

@@ -203,6 +203,11 @@ def test_markdown_is_indexed_as_it_reads_rendered() -> None:
     assert convert.convert(hugo, "page.md").content == "# Own heading\n\nBody\n"
     rules = b"---\nA thematic break, then a sentence.\n---\n\nmore\n"
     assert convert.convert(rules, "x.md").content == rules.decode()
+    # Indented code keeps its comments; a comment's own indented lines go with it.
+    indented = b"Markup:\n\n    <!-- kept -->\n    <p>x</p>\n\n<!-- gone\n    - v1\n-->\nEnd\n"
+    assert convert.convert(indented, "x.md").content == (
+        "Markup:\n\n    <!-- kept -->\n    <p>x</p>\n\nEnd\n"
+    )
     # A comment that is never closed is text, and plain text files are left as they are.
     assert convert.convert(b"a <!-- b\n\nc\n", "x.md").content == "a <!-- b\n\nc\n"
     assert convert.convert(b"a <!-- b -->\n", "x.txt").content == "a <!-- b -->\n"
