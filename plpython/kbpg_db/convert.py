@@ -26,6 +26,7 @@ import sys
 import zipfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from html.parser import HTMLParser
 from typing import Any
 
 from kbpg_db.config import MAX_DOCUMENT_BYTES
@@ -235,6 +236,48 @@ def _md_blocks(text: str) -> list[tuple[bool, str]]:
     return [(code, "\n".join(lines)) for code, lines in out]
 
 
+# An HTML table written in Markdown, as a block of its own (CommonMark's HTML block).
+_MD_HTML_TABLE = re.compile(r"^ {0,3}<table\b.*?</table>[ \t]*$", re.S | re.M | re.I)
+
+
+class _TableReader(HTMLParser):
+    """The rows of an HTML table: each cell's text, `code` as a code span, tags dropped."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[str]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th") and self.rows:
+            self.cell = []
+        elif tag == "code" and self.cell is not None:
+            self.cell.append("`")
+        elif tag == "br" and self.cell is not None:
+            self.cell.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(" ".join("".join(self.cell).split()))
+            self.cell = None
+        elif tag == "code" and self.cell is not None:
+            self.cell.append("`")
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def _html_table(m: re.Match[str]) -> str:
+    reader = _TableReader()
+    reader.feed(m[0])
+    reader.close()
+    rows = [r for r in reader.rows if r]
+    return markdown_table(rows) if rows else m[0]
+
+
 # Front matter: YAML between "---" lines (Jekyll, Hugo, Docusaurus, MkDocs) or TOML
 # between "+++" lines (Hugo), at the very start of the file.
 _FRONT_MATTER = re.compile(
@@ -265,13 +308,14 @@ def readable_markdown(text: str) -> str:
     """Markdown as a reader sees it rendered: no front matter (its ``title`` becomes the
     first heading where the page has no heading of its own first, as documentation sites
     show it), no HTML comments (version notes, build markers), no link reference
-    definitions, and a reference link ``[text][label]`` as its text where its label is
-    defined. Fenced code blocks and code spans stay as they are."""
+    definitions, a reference link ``[text][label]`` as its text where its label is
+    defined, and an HTML table as a Markdown one. Fenced code blocks and code spans stay
+    as they are."""
     if text.startswith(("---", "+++")):
         text, title = front_matter(text)
         if title and not re.match(r"\s*#[ \t]", text):
             text = f"# {title}\n\n{text.lstrip(chr(10))}"
-    if "<!--" not in text and "]:" not in text:
+    if "<!--" not in text and "]:" not in text and "<table" not in text.lower():
         return text
     blocks = _md_blocks(text)
     labels: set[str] = set()
@@ -279,6 +323,8 @@ def readable_markdown(text: str) -> str:
     for code, part in blocks:
         if not code:
             part = _MD_COMMENT.sub(lambda m: m["code"] or m["indented"] or "", part)
+            if "<table" in part.lower():
+                part = _MD_HTML_TABLE.sub(_html_table, part)
             labels.update(_label(m.group(1)) for m in _MD_DEFINITION.finditer(part))
             part = re.sub(r"\n{3,}", "\n\n", _MD_DEFINITION.sub("", part))
         prose.append((code, part))

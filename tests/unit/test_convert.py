@@ -208,6 +208,16 @@ def test_markdown_is_indexed_as_it_reads_rendered() -> None:
     assert convert.convert(indented, "x.md").content == (
         "Markup:\n\n    <!-- kept -->\n    <p>x</p>\n\nEnd\n"
     )
+    # An HTML table written in Markdown reads as a Markdown table (rows, code, no tags).
+    table = (
+        b"Signals:\n\n<table>\n  <tr>\n    <th>Constant</th>\n    <th>Description</th>\n  </tr>\n"
+        b"  <tr>\n    <td><code>SIGINT</code></td>\n    <td>Sent on <kbd>Ctrl</kbd>+<kbd>C</kbd>,\n"
+        b"    a | b.</td>\n  </tr>\n</table>\n\n<table><p>no rows</p></table>\n"
+    )
+    assert convert.convert(table, "os.md").content == (
+        "Signals:\n\n| Constant | Description |\n|---|---|\n"
+        "| `SIGINT` | Sent on Ctrl+C, a \\| b. |\n\n<table><p>no rows</p></table>\n"
+    )
     # A comment that is never closed is text, and plain text files are left as they are.
     assert convert.convert(b"a <!-- b\n\nc\n", "x.md").content == "a <!-- b\n\nc\n"
     assert convert.convert(b"a <!-- b -->\n", "x.txt").content == "a <!-- b -->\n"
