@@ -189,6 +189,26 @@ class Replay:
             vec = conn.execute("SELECT kb.embed_query(%s, %s)", (kb, q.text)).fetchone()
             q.embedding = np.array(vec[0]) / max(float(np.linalg.norm(vec[0])), 1e-12)
         self.calibration = self._calibrate(conn, kb, ix)
+        self.sections = self._section_vectors(conn, kb, kb_id, ix)
+
+    def _section_vectors(self, conn: Any, kb: str, kb_id: int, ix: int) -> np.ndarray:
+        """Each chunk's section vector, one per section: the embedding of its heading path
+        and the opening prose of its first chunk (what a reference section says it does,
+        before parameter lists and examples)."""
+        first: dict[str, str] = {}
+        for cid, content in conn.execute(
+            "SELECT id, content FROM kb.chunk WHERE kb_id = %s AND index_id = %s "
+            "ORDER BY document_id, ordinal",
+            (kb_id, ix),
+        ):
+            if cid in self.path:
+                first.setdefault(self.path[cid], opening_prose(content))
+        vectors = {}
+        for label, lead in first.items():
+            text = label.replace(" › ", " > ") + (f"\n\n{lead}" if lead else "")
+            vec = conn.execute("SELECT kb.embed_query(%s, %s)", (kb, text)).fetchone()[0]
+            vectors[label] = np.array(vec) / max(float(np.linalg.norm(vec)), 1e-12)
+        return np.array([vectors[self.path[int(c)]] for c in self.ids])
 
     @staticmethod
     def _calibrate(conn: Any, kb: str, ix: int) -> Calibration:
@@ -309,6 +329,30 @@ class Replay:
         return sorted(out, key=lambda x: (-x[1], x[0]))
 
 
+def opening_prose(text: str, limit: int = 300) -> str:
+    """A chunk's first paragraph of prose (lists, quotes, tables, headings and code left
+    out), at most ``limit`` characters."""
+    out: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if fenced or line.startswith(("    ", "\t")):
+            continue
+        if not stripped:
+            if out:
+                break
+            continue
+        if stripped.startswith(("*", "-", ">", "#", "|", "<", "+")):
+            if out:
+                break
+            continue
+        out.append(stripped)
+    return " ".join(out)[:limit]
+
+
 def _z(scores: list[float]) -> list[float]:
     if len(scores) < 2:
         return [0.0] * len(scores)
@@ -329,7 +373,9 @@ def fuse(
     miss counting as the list's lowest; "zcap": BM25's z-scores capped at 2.5; "log": the
     z-scores of ln(1 + BM25); "calibrated": standardised by the KB's score scales (``cal``)
     instead of the question's lists; "confident": BM25's weight times e^(0.25 z), z its
-    first score against the KB's usual first score (within ±2)."""
+    first score against the KB's usual first score (within ±2); "gated": BM25's z-score
+    at most 2 above the vector channel's (or above 0, whichever is more): BM25 may lift a
+    candidate the vectors rank low, not crown it."""
     if how == "confident" and cal is not None and text:
         z = max(-2.0, min(2.0, (text[0][1] - cal.bm25_first[0]) / cal.bm25_first[1]))
         wt = (1 - w) * math.exp(0.25 * z)
@@ -354,6 +400,12 @@ def fuse(
         low_t = min(nt) - 1 if nt else 0.0
     zv = dict(zip([c for c, _ in vector], nv, strict=True))
     zt = dict(zip([c for c, _ in text], nt, strict=True))
+    if how == "gated":
+        out = {}
+        for c in {*zv, *zt}:
+            v = zv.get(c, low_v)
+            out[c] = w * v + (1 - w) * min(zt.get(c, low_t), max(v, 0.0) + 2.0)
+        return out
     return {c: w * zv.get(c, low_v) + (1 - w) * zt.get(c, low_t) for c in {*zv, *zt}}
 
 
@@ -479,6 +531,7 @@ class Direction:
     lift: tuple[str, float] | None = None
     proximity: tuple[float, int, bool] | None = None  # Replay.proximity's share, window, ordered
     weight: Callable[[Replay, Question], float] | None = None  # the question's vector weight
+    section_vector: float = 0.0  # the vector list rescored: cosine + this x section cosine
 
 
 _DEFAULTS = config.RetrievalConfig.model_fields
@@ -525,6 +578,29 @@ def weight_rare_not_common(
     return min(1.0, w + float(_DEFAULTS["plain_query_shift"].default))
 
 
+def weight_rare_half_cue(r: Replay, q: Question) -> float:
+    """kb._query_has_exact_cue's identifiers and acronyms keep vector_weight, a query whose
+    only cue is a rare term gets half of plain_query_shift, a plain one all of it."""
+    w = float(_DEFAULTS["vector_weight"].default)
+    shift = float(_DEFAULTS["plain_query_shift"].default)
+    if _CUE.search(q.text):
+        return w
+    rare = any(r.idf[t] >= 0.8 * math.log(max(r.n, 2)) for t in q.terms)
+    return min(1.0, w + (shift / 2 if rare else shift))
+
+
+def with_sections(r: Replay, q: Question, share: float) -> list[tuple[int, float]]:
+    """The vector list rescored: each candidate's cosine plus ``share`` times its
+    section vector's."""
+    assert q.embedding is not None
+    at = r.row
+    out = [
+        (c, s + share * float(r.sections[at[c]] @ q.embedding)) if c in at else (c, s)
+        for c, s in q.vector
+    ]
+    return sorted(out, key=lambda x: (-x[1], x[0]))
+
+
 def weight_on_disagreement(r: Replay, q: Question, shift: float, depth: int = 10) -> float:
     """The question's vector weight, ``shift`` more where the two channels' first ``depth``
     results share no section (one of them has missed; BM25 more often, on paraphrases)."""
@@ -545,6 +621,7 @@ DIRECTIONS = [
     Direction("fusion calibrated on the KB's score scales", fusion="calibrated"),
     Direction("BM25's weight by its first score against the KB's usual", fusion="confident"),
     Direction("z-scores of ln(1 + BM25)", fusion="log"),
+    Direction("BM25's z-score at most 2 above the vector channel's", fusion="gated"),
     Direction("each candidate's real score in both channels", fusion="complete"),
     Direction(
         "a rare term is an exact cue only if it is no common English word",
@@ -570,6 +647,12 @@ DIRECTIONS = [
         "vector weight 0.1 more for every question (0.6, 0.8 with plain_query_shift)",
         weight=lambda r, q: min(1.0, q.vector_weight + 0.1),
     ),
+    Direction(
+        "a rare term alone is half a cue (vector weight 0.6; 0.5 with an identifier)",
+        weight=weight_rare_half_cue,
+    ),
+    Direction("section vectors: + 0.2 of the section's cosine", section_vector=0.2),
+    Direction("section vectors: + 0.5 of the section's cosine", section_vector=0.5),
     Direction("BM25 k1 1.2 for both", lambda r, q, k1: plain(r, q, 1.2)),
     Direction("BM25 k1 1.5 for both", lambda r, q, k1: plain(r, q, 1.5)),
     Direction(
@@ -622,7 +705,7 @@ DIRECTIONS = [
 def replay_set(replay: Replay) -> dict[str, Any]:
     out: dict[str, Any] = {"questions": len(replay.questions)}
     for d in DIRECTIONS:
-        text_rows, hybrid_rows = [], []
+        text_rows, vector_rows, hybrid_rows = [], [], []
         same = 0
         for q in replay.questions:
             text = replay.top(d.bm25(replay, q, config.BM25_K1_FULL_TEXT))
@@ -633,6 +716,8 @@ def replay_set(replay: Replay) -> dict[str, Any]:
                 channel = replay.proximity(q, channel, *d.proximity)
             text_scores = dict(text)
             w = d.weight(replay, q) if d.weight else q.vector_weight
+            vector = with_sections(replay, q, d.section_vector) if d.section_vector else q.vector
+            vector_rows.append(score(replay, q, [c for c, _ in vector]))
             if d.fusion == "complete":
                 hybrid = fuse_complete(
                     q.vector[: d.depth],
@@ -644,7 +729,7 @@ def replay_set(replay: Replay) -> dict[str, Any]:
                 )
             else:
                 hybrid = fuse(
-                    q.vector[: d.depth], channel[: d.depth], w, d.fusion, replay.calibration
+                    vector[: d.depth], channel[: d.depth], w, d.fusion, replay.calibration
                 )
             if d.lift:
                 text_scores = lift(replay, text_scores, *d.lift)
@@ -652,6 +737,8 @@ def replay_set(replay: Replay) -> dict[str, Any]:
             text_rows.append(score(replay, q, ranked(text_scores)))
             hybrid_rows.append(score(replay, q, ranked(hybrid)))
         out[d.label] = {"full_text": mean(text_rows), "hybrid": mean(hybrid_rows)}
+        if d.section_vector or d.label == "defaults":
+            out[d.label]["vector"] = mean(vector_rows)
         if d.label == "defaults":
             out["bm25_replay"] = round(same / len(replay.questions), 3)
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import psycopg
 import pytest
 from kbpg_db import config
@@ -13,6 +14,7 @@ from bench.directions import (
     Question,
     Replay,
     fuse,
+    opening_prose,
     plain,
     ranked,
     replay_set,
@@ -149,5 +151,19 @@ def test_directions_replay_ranks_as_search_does(
     assert -1 < cal.vector[0] < 1 and cal.vector[1] > 0
     assert cal.bm25[0] > 0 and cal.bm25_first[0] >= cal.bm25[0]
     assert out["bm25_replay"] == 1.0
+    # One section vector a chunk, unit length, the same for chunks of one section.
+    assert replay.sections.shape == replay.embeddings.shape
+    assert np.allclose(np.linalg.norm(replay.sections, axis=1), 1.0)
     assert {d.label for d in DIRECTIONS} <= set(out)
     assert out["defaults"]["full_text"]["success@5"] == 1.0  # each question names its answer
+
+
+def test_opening_prose_is_a_sections_first_paragraph_of_prose() -> None:
+    text = (
+        "### `fs.appendFile(path, data)`\n\n* `path` {string} filename\n* `data` {string}\n\n"
+        "Asynchronously append data to a file,\ncreating it if needed.\n\n"
+        "```js\nappendFile('a.txt', 'x');\n```\n\nMore text."
+    )
+    assert opening_prose(text) == ("Asynchronously append data to a file, creating it if needed.")
+    assert opening_prose("```\ncode only\n```") == ""
+    assert len(opening_prose("word " * 200)) == 300
