@@ -61,6 +61,13 @@ def heading_text(title: str) -> str:
     return " ".join(_MD_LINK.sub(lambda m: m["code"] or m["text"] or "", title).split())
 
 
+def link_text(text: str) -> str:
+    """A chunk's embedded text as the embedding model reads it: each Markdown link or image
+    as its text, without its address (a URL or a page's file name says nothing of what the
+    chunk is about; BM25 still indexes it). Code spans stay as written."""
+    return _MD_LINK.sub(lambda m: m["code"] or m["text"] or "", text)
+
+
 def embedded_header(path: list[str], chunk_size: int) -> str:
     """The heading path as embedded with a chunk, within HEADING_SHARE of the budget."""
     prefix = HEADING_SEPARATOR.join(path)

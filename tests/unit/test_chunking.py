@@ -9,7 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kbpg_db import tokens
-from kbpg_db.chunking import CHUNKERS, chunk_text, heading_text, markdown_sections, page_of
+from kbpg_db.chunking import (
+    CHUNKERS,
+    chunk_text,
+    heading_text,
+    link_text,
+    markdown_sections,
+    page_of,
+)
 
 
 def test_markdown_sections_skip_fenced_code() -> None:
@@ -17,6 +24,14 @@ def test_markdown_sections_skip_fenced_code() -> None:
     sections = markdown_sections(text)
     assert [s.heading_path for s in sections] == [[], ["A"], ["A", "B"], ["C"]]
     assert "".join(text[s.start : s.end] for s in sections) == text
+
+
+def test_the_model_reads_a_links_text_not_its_address() -> None:
+    text = (
+        'Use [`random.choice`](library/random.html#random.choice "random.choice") or see '
+        "![a die](img/die.png) and <https://example.org/x>; `a[i](j)` is code.\n\nNext."
+    )
+    assert link_text(text) == "Use `random.choice` or see a die and ; `a[i](j)` is code.\n\nNext."
 
 
 def test_heading_path_resets_by_level() -> None:

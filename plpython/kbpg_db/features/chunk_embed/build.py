@@ -137,7 +137,7 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
         artifacts = knowledge_graph.build(
             doc.title, doc.content, doc.metadata, cfg, rows, graph, ctx
         )
-    texts = [r["embed_text"] for r in rows]
+    texts = [chunking.link_text(r["embed_text"]) for r in rows]
     ctx.report(f"embedding {len(texts)} chunks")
     # Embedded ahead with other documents' chunks (kb.prefetch_embeddings), or now.
     result = embedding.take_ahead(cfg, texts) or embedding.embed(
@@ -220,7 +220,7 @@ def prefetch(plpy: Any, kb_id: int, job_ids: list[int], worker: str) -> int:
             break
         total += len(chunks)
         groups.setdefault(embedding.model_key(cfg), (cfg, []))[1].extend(
-            c["embed_text"] for c in chunks
+            chunking.link_text(c["embed_text"]) for c in chunks
         )
     done = 0
     for cfg, texts in groups.values():
