@@ -58,7 +58,7 @@ _MD_LINK = re.compile(
 
 def heading_text(title: str) -> str:
     """A heading as a path element: Markdown links and images as their text, no URLs."""
-    return " ".join(_MD_LINK.sub(lambda m: m["code"] or m["text"] or "", title).split())
+    return " ".join(link_text(title).split())
 
 
 def link_text(text: str) -> str:

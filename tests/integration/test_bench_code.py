@@ -151,7 +151,7 @@ def test_directions_replay_ranks_as_search_does(
     assert -1 < cal.vector[0] < 1 and cal.vector[1] > 0
     assert cal.bm25[0] > 0 and cal.bm25_first[0] >= cal.bm25[0]
     assert out["bm25_replay"] == 1.0
-    # One section vector a chunk, unit length, the same for chunks of one section.
+    # One section vector a chunk, unit length.
     assert replay.sections.shape == replay.embeddings.shape
     assert np.allclose(np.linalg.norm(replay.sections, axis=1), 1.0)
     assert {d.label for d in DIRECTIONS} <= set(out)
