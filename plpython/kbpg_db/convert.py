@@ -1124,6 +1124,43 @@ def _limit_child(memory_mb: int, cpu_s: float) -> None:
     os.setsid()  # the child's own process group: a timeout kills all it started
 
 
+# The child's first lines: whatever it dies of, it writes its peak address space to
+# stderr first, so that an allocation refused near the limit reads as memory even where a
+# C extension reports it as something else (SystemError, ImportError, a bare failure).
+_CHILD = """\
+import sys
+sys.path[:0] = {path!r}
+def _hook(*exc):
+    try:
+        with open("/proc/self/status") as status:
+            sys.stderr.write("\\n" + "".join(x for x in status if x.startswith("VmPeak:")))
+    except OSError:
+        pass
+    sys.__excepthook__(*exc)
+sys.excepthook = _hook
+from kbpg_db import convert
+convert.main()
+"""
+
+
+def _peak_kb() -> int | None:
+    """This process's peak address space in kB (Linux), or None where unknown."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _near_limit(peak_kb: int | None, memory_mb: int) -> bool:
+    """Whether a process that peaked at ``peak_kb`` was within reach of its limit: a
+    failure there is a refused allocation, whatever name the library gave it."""
+    return peak_kb is not None and peak_kb >= memory_mb * 1024 * 0.85
+
+
 def run_isolated(
     request: dict[str, Any],
     data: bytes | None,
@@ -1153,12 +1190,7 @@ def run_isolated(
             "OPENBLAS_NUM_THREADS": "1",
         }
         proc = subprocess.Popen(
-            [
-                python,
-                "-I",
-                "-c",
-                f"import sys; sys.path[:0] = {path!r}; from kbpg_db import convert; convert.main()",
-            ],
+            [python, "-I", "-c", _CHILD.format(path=path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -1184,9 +1216,13 @@ def run_isolated(
                 f"{limits.memory_mb} MB memory or CPU limit, or a parser crashed) {tail[0]}".rstrip(),
                 hint="raise kb.convert_memory_mb if the file is genuine",
             )
-        # Out of memory shows many ways (MemoryError, a library that cannot be mapped).
+        # Out of memory shows many ways (MemoryError, a library that cannot be mapped, a
+        # C extension's SystemError), so the child's peak address space decides as well.
         text = err.decode("utf-8", "replace")
-        if re.search(r"MemoryError|[Cc]annot allocate|failed to map|bad_alloc", text):
+        peak = re.search(r"VmPeak:\s+(\d+) kB", text)
+        if re.search(r"MemoryError|[Cc]annot allocate|failed to map|bad_alloc", text) or (
+            peak and _near_limit(int(peak.group(1)), limits.memory_mb)
+        ):
             raise ConvertError(
                 f"could not be converted: the converter process ran out of its "
                 f"{limits.memory_mb} MB memory limit ({tail[0]})",
@@ -1236,6 +1272,12 @@ def main() -> None:
             out = convert(data, req["file_name"], limits)
     except ConvertError as exc:
         result: dict[str, Any] = {"ok": False, "error": str(exc), "hint": exc.hint}
+        if _near_limit(_peak_kb(), limits.memory_mb):
+            # A parser that could not allocate often reports a damaged file instead.
+            result["error"] += (
+                f" (the converter had reached its {limits.memory_mb} MB memory limit)"
+            )
+            result["hint"] = "raise kb.convert_memory_mb if the file is genuine"
     except MemoryError:
         result = {
             "ok": False,
