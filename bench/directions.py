@@ -18,6 +18,7 @@ says what each gives.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -48,8 +49,8 @@ class Question:
     pairs: list[tuple[int, int]] = field(default_factory=list)  # neighbouring query words
     counts: dict[int, int] = field(default_factory=dict)  # how often each term is in it
     embedding: np.ndarray | None = None  # the query's, as kb.embed_query makes it
-    common: set[int] = field(default_factory=set)  # terms of its common English words
-    commoner: set[int] = field(default_factory=set)  # those among the first 10,000 tokens
+    common: set[int] = field(default_factory=set)  # terms of its kb.common_word words
+    common_20k: set[int] = field(default_factory=set)  # of its words among 20,000 tokens
 
 
 _TSV_ENTRY = re.compile(r"'((?:[^']|'')*)':([0-9A-D,]+)")
@@ -144,18 +145,17 @@ class Replay:
                 if x in index
             }
             q.terms = sorted(words)
-            common = " ".join(w for w in re.findall(r"[A-Za-z]+", q.text) if common_word(w))
-            ctsv = conn.execute(
-                "SELECT kb.text_tsvector(%s::jsonb, %s)::text", (json.dumps(cfg), common)
+            # The lexemes kb._query_has_exact_cue takes for common English words, and
+            # those of a longer list (a direction).
+            (listed,) = conn.execute(
+                "SELECT kb._common_lexemes(%s::jsonb, %s)", (json.dumps(cfg), q.text)
             ).fetchone()
-            q.common = {index[x] for x in tsv_positions(ctsv[0] if ctsv else "") if x in index}
-            commoner = " ".join(
-                w for w in re.findall(r"[A-Za-z]+", q.text) if common_word(w, 10_000)
-            )
-            ctsv = conn.execute(
-                "SELECT kb.text_tsvector(%s::jsonb, %s)::text", (json.dumps(cfg), commoner)
+            q.common = {index[x] for x in listed if x in index}
+            longer = " ".join(w for w in re.findall(r"[A-Za-z]+", q.text) if common_word(w, 20_000))
+            (listed,) = conn.execute(
+                "SELECT kb._config_lexemes(%s::jsonb, %s)", (json.dumps(cfg), longer)
             ).fetchone()
-            q.commoner = {index[x] for x in tsv_positions(ctsv[0] if ctsv else "") if x in index}
+            q.common_20k = {index[x] for x in listed if x in index}
             q.counts = {t: len(ats) for t, ats in words.items()}
             seq = sorted((at, t) for t, ats in words.items() for at in ats)
             q.pairs = sorted(
@@ -539,43 +539,43 @@ _CUE_NO_ACRONYM = re.compile(r"\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w")
 _CUE = re.compile(r"\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w|\b[A-Z]{2,}\b")
 
 
+def _rare(r: Replay, q: Question, common: set[int]) -> bool:
+    """Whether a term of the question outside ``common`` is in few chunks (idf at least
+    0.8 of ln(chunks)), as kb._query_has_exact_cue decides."""
+    return any(r.idf[t] >= 0.8 * math.log(max(r.n, 2)) for t in q.terms if t not in common)
+
+
+def _cue_weight(cue: bool) -> float:
+    w = float(_DEFAULTS["vector_weight"].default)
+    return w if cue else min(1.0, w + float(_DEFAULTS["plain_query_shift"].default))
+
+
 def weight_without_acronyms(r: Replay, q: Question) -> float:
     """kb._query_has_exact_cue less its acronym rule: an acronym leans on BM25 only where
     it is a rare term, as any word is."""
-    rare = any(r.idf[t] >= 0.8 * math.log(max(r.n, 2)) for t in q.terms)
-    w = float(_DEFAULTS["vector_weight"].default)
-    if rare or _CUE_NO_ACRONYM.search(q.text):
-        return w
-    return min(1.0, w + float(_DEFAULTS["plain_query_shift"].default))
+    return _cue_weight(_rare(r, q, q.common) or bool(_CUE_NO_ACRONYM.search(q.text)))
 
 
-COMMON_RANK = 20_000
+def weight_every_rare_term(r: Replay, q: Question) -> float:
+    """kb._query_has_exact_cue before kb.common_word: every rare term is a cue."""
+    return _cue_weight(_rare(r, q, set()) or bool(_CUE.search(q.text)))
 
 
-def common_word(word: str, rank: int = COMMON_RANK) -> bool:
-    """A common English word: " word" is one token of cl100k_base among its first
-    ``rank`` (BPE merges come roughly in the order of their frequency)."""
+def weight_rare_not_common_20k(r: Replay, q: Question) -> float:
+    """kb._query_has_exact_cue with a longer list of common words (20,000 tokens)."""
+    return _cue_weight(_rare(r, q, q.common_20k) or bool(_CUE.search(q.text)))
+
+
+def common_word(word: str, rank: int) -> bool:
+    """A common English word by kbpg_db.tokens.common_words's rule, among ``rank`` tokens."""
+    return word.lower() in _common_words(rank)
+
+
+@functools.cache
+def _common_words(rank: int) -> frozenset[str]:
     from kbpg_db import tokens
 
-    ids = tokens.encoding().encode(" " + word.lower())
-    return len(ids) == 1 and ids[0] < rank
-
-
-def weight_rare_not_common(
-    r: Replay, q: Question, acronyms: bool = True, first: bool = False
-) -> float:
-    """kb._query_has_exact_cue where a rare term counts only if it is not a common English
-    word (rare in this KB, but a paraphrase's word: "disk", "everything", "behind")."""
-    rare = any(
-        r.idf[t] >= 0.8 * math.log(max(r.n, 2))
-        for t in q.terms
-        if t not in (q.commoner if first else q.common)
-    )
-    cue = _CUE if acronyms else _CUE_NO_ACRONYM
-    w = float(_DEFAULTS["vector_weight"].default)
-    if rare or cue.search(q.text):
-        return w
-    return min(1.0, w + float(_DEFAULTS["plain_query_shift"].default))
+    return frozenset(tokens.common_words(rank))
 
 
 def weight_rare_half_cue(r: Replay, q: Question) -> float:
@@ -585,8 +585,7 @@ def weight_rare_half_cue(r: Replay, q: Question) -> float:
     shift = float(_DEFAULTS["plain_query_shift"].default)
     if _CUE.search(q.text):
         return w
-    rare = any(r.idf[t] >= 0.8 * math.log(max(r.n, 2)) for t in q.terms)
-    return min(1.0, w + (shift / 2 if rare else shift))
+    return min(1.0, w + (shift / 2 if _rare(r, q, q.common) else shift))
 
 
 def with_sections(r: Replay, q: Question, share: float) -> list[tuple[int, float]]:
@@ -624,16 +623,12 @@ DIRECTIONS = [
     Direction("BM25's z-score at most 2 above the vector channel's", fusion="gated"),
     Direction("each candidate's real score in both channels", fusion="complete"),
     Direction(
-        "a rare term is an exact cue only if it is no common English word",
-        weight=weight_rare_not_common,
+        "every rare term is an exact cue, common English words too (the rule before)",
+        weight=weight_every_rare_term,
     ),
     Direction(
-        "a rare term is an exact cue only if it is none of the 10,000 commonest words",
-        weight=lambda r, q: weight_rare_not_common(r, q, first=True),
-    ),
-    Direction(
-        "a rare term is an exact cue only if it is no common English word; acronyms too",
-        weight=lambda r, q: weight_rare_not_common(r, q, acronyms=False),
+        "a rare term is an exact cue only if it is none of the 20,000 commonest words",
+        weight=weight_rare_not_common_20k,
     ),
     Direction(
         "vector weight 0.2 more where the channels' first 10 share no section",

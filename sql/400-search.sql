@@ -135,28 +135,57 @@ $$;
 COMMENT ON FUNCTION kb._check_query(text) IS
   'Internal: a query every search entry point accepts (not empty, at most 32768 characters).';
 
-CREATE OR REPLACE FUNCTION kb._query_has_exact_cue(p_kb_id integer, p_ix kb.kb_index,
-                                                    p_query text)
-RETURNS boolean
+CREATE OR REPLACE FUNCTION kb._common_lexemes(indexing_config jsonb, query text)
+RETURNS text[]
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
+  -- English text search only: the list is of English words.
+  SELECT CASE WHEN indexing_config->>'text_search_config' IN ('english', 'pg_catalog.english')
+    THEN kb._config_lexemes(indexing_config, (
+      SELECT coalesce(string_agg(c.word, ' '), '')
+      FROM kb.common_word c
+      WHERE c.word = ANY (regexp_split_to_array(lower(query), '[^a-z]+'))))
+    ELSE '{}' END
+$$;
+COMMENT ON FUNCTION kb._common_lexemes(jsonb, text) IS
+  'Internal: the lexemes of a query''s common English words (kb.common_word) under an '
+  'English indexing_config; none under another language''s.';
+
+CREATE OR REPLACE FUNCTION kb._query_has_exact_cue(p_kb_id integer, p_ix kb.kb_index,
+                                                    p_query text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_rare text[];
+BEGIN
   -- An identifier (snake_case, dotted.name, call(, camelCase, --flag) or an acronym ...
-  SELECT p_query ~ '\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w|\m[A-Z]{2,}\M'
+  IF p_query ~ '\w_\w|\w\.\w|\w\(|[a-z][A-Z]|--\w|\m[A-Z]{2,}\M' THEN
+    RETURN true;
+  END IF;
   -- ... or a term in few chunks: idf at least 0.8 of the largest possible, about
-  -- chunks^0.2 chunks or fewer (5 of 3,000, 10 of 100,000).
-      OR EXISTS (
-        SELECT 1 FROM kb.term_stat ts
-        WHERE ts.kb_id = p_kb_id AND ts.index_id = p_ix.id AND ts.df > 0
-          AND ts.lexeme = ANY (kb._config_lexemes(p_ix.indexing_config, p_query))
-          AND ln(1 + (p_ix.n_chunks - ts.df + 0.5) / (ts.df + 0.5))
-              >= 0.8 * ln(greatest(p_ix.n_chunks, 2)))
+  -- chunks^0.2 chunks or fewer (5 of 3,000, 10 of 100,000), unless an English KB's term
+  -- is a common English word of the query (kb.common_word: "background" is rare in an API
+  -- reference, and a paraphrase's word all the same). The words are looked up only for
+  -- a query that has a rare term.
+  v_rare := ARRAY(
+    SELECT ts.lexeme FROM kb.term_stat ts
+    WHERE ts.kb_id = p_kb_id AND ts.index_id = p_ix.id AND ts.df > 0
+      AND ts.lexeme = ANY (kb._config_lexemes(p_ix.indexing_config, p_query))
+      AND ln(1 + (p_ix.n_chunks - ts.df + 0.5) / (ts.df + 0.5))
+          >= 0.8 * ln(greatest(p_ix.n_chunks, 2)));
+  RETURN cardinality(v_rare) > 0
+     AND NOT v_rare <@ kb._common_lexemes(p_ix.indexing_config, p_query);
+END
 $$;
 COMMENT ON FUNCTION kb._query_has_exact_cue(integer, kb.kb_index, text) IS
   'Internal: whether a query names something BM25 matches exactly: an identifier '
   '(snake_case, dotted.name, call(, camelCase, --flag), an acronym, or a term found in few '
-  'chunks of the index generation (idf >= 0.8 of ln(chunks)). Hybrid search gives a query '
-  'without one plain_query_shift more vector weight.';
+  'chunks of the index generation (idf >= 0.8 of ln(chunks)) that is not a common English '
+  'word of the query. Hybrid search gives a query without one plain_query_shift more '
+  'vector weight.';
 
 CREATE OR REPLACE FUNCTION kb._search_core(
     p_kb_id integer, p_query text, p_overrides jsonb)

@@ -522,11 +522,11 @@ class RetrievalConfig(Strict):
     fusion: Literal["zscore", "rrf"] = Field(
         "zscore", description="hybrid: z-scores, weighted and summed, or ranks only (rrf)"
     )
-    # hybrid: a query in plain words (no identifier, acronym, or term found in few chunks:
-    # kb._query_has_exact_cue) leans on the vectors, vector_weight + this (at most 1); BM25
-    # finds what such a query paraphrases less often than it finds a name it is given.
-    # 0 weighs every query alike. 0.2 won on the paraphrased documentation set and kept
-    # the other two (docs/performance.md).
+    # hybrid: a query in plain words (no identifier, acronym, or term found in few chunks
+    # that is not a common English word: kb._query_has_exact_cue) leans on the vectors,
+    # vector_weight + this (at most 1); BM25 finds what such a query paraphrases less often
+    # than it finds a name it is given. 0 weighs every query alike. 0.2 won on the
+    # paraphrased documentation sets and kept the others (docs/performance.md).
     plain_query_shift: float = Field(
         0.2, ge=0.0, le=1.0, description="vector_weight added for a query in plain words"
     )

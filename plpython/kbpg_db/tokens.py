@@ -44,6 +44,21 @@ def encoding() -> Any:
     return tiktoken.get_encoding(ENCODING)
 
 
+COMMON_WORD_RANK = 10_000
+
+
+def common_words(rank: int = COMMON_WORD_RANK) -> list[str]:
+    """Common English words, sorted: each lower-case word that cl100k_base writes, after a
+    space, as one token among its first ``rank`` (its merges come roughly in the order of
+    their frequency in English text). Migration 026 stores them in ``kb.common_word``;
+    hybrid search does not take one for a rare term (``kb._query_has_exact_cue``)."""
+    import re
+
+    enc = encoding()
+    words = (enc.decode_single_token_bytes(i) for i in range(rank))
+    return sorted({w[1:].decode() for w in words if re.fullmatch(rb" [a-z]+", w)})
+
+
 _byte_lengths: Any = None  # by token id; -1 where not looked up yet
 
 

@@ -221,6 +221,7 @@ REFERENCE_TABLES = {
     "team_member",
     "setting",
     "llm_call",
+    "common_word",
     "migration",
     "version",
 }

@@ -303,7 +303,8 @@ def test_plain_queries_lean_on_vectors(
 ) -> None:
     """plain_query_shift moves weight to the vectors for a query in plain words only: not
     for one naming an identifier, an acronym or a term found in few chunks (here in one
-    chunk of six), not when it is 0, not past 1, and not for the other methods."""
+    chunk of six) unless that term is a common English word in an English KB, not when it
+    is 0, not past 1, and not for the other methods."""
 
     def weight(query: str, **options: Any) -> float:
         rows = client.search("kb1", query, **options)
@@ -321,6 +322,15 @@ def test_plain_queries_lean_on_vectors(
         "small cats and espresso",  # a term in one chunk of six
     ):
         assert weight(cue) == pytest.approx(0.5), cue
+    # "water" and "pressure" are in one chunk each too, and everyday words: no cue.
+    assert weight("small cats and water") == pytest.approx(0.7)
+    assert weight("small cats under pressure") == pytest.approx(0.7)
+    assert weight("espresso under pressure") == pytest.approx(0.5)  # espresso still is
+    # The list is English: a KB with another text search configuration counts every rare
+    # term as before.
+    build(client, conn, provider, "kb_simple", text_search_config="simple")
+    rows = client.search("kb_simple", "small cats and water")
+    assert rows[0].usage["fusion"]["vector_weight"] == pytest.approx(0.5)
     assert weight("small cats and seeds", plain_query_shift=0) == pytest.approx(0.5)
     assert weight("small cats", vector_weight=0.9, plain_query_shift=0.5) == pytest.approx(1.0)
     assert weight("small cats", vector_weight=0.0) == pytest.approx(0.0)  # BM25 alone stays
