@@ -556,6 +556,21 @@ def _promote_headers(markdown: str) -> str:
     return _EMPTY_HEADER.sub(fix, markdown)
 
 
+def _reader_failed(label: str, exc: Exception) -> ConvertError:
+    """The error of a reader that raised ``exc``. A reader whose library could not be
+    loaded (MarkItDown's MissingDependencyException, raised from the ImportError it kept)
+    says so: that is the installation's fault or the memory limit's, never the file's."""
+    if type(exc).__name__ == "MissingDependencyException" or isinstance(
+        exc, ImportError | MemoryError
+    ):
+        why = exc.__cause__ or exc
+        return ConvertError(
+            f"could not be converted: the {label} reader's library could not be loaded "
+            f"({type(why).__name__}: {why})"
+        )
+    return ConvertError(f"is not a valid {label} file ({type(exc).__name__}: {exc})")
+
+
 def convert_docx(data: bytes, limits: Limits) -> Converted:
     from markitdown import StreamInfo
     from markitdown.converters import DocxConverter
@@ -566,7 +581,7 @@ def convert_docx(data: bytes, limits: Limits) -> Converted:
             io.BytesIO(data), StreamInfo(extension=".docx"), **MARKDOWN_OPTIONS
         )
     except Exception as exc:
-        raise ConvertError(f"is not a valid DOCX file ({type(exc).__name__}: {exc})") from None
+        raise _reader_failed("DOCX", exc) from None
     return Converted(_promote_headers(res.markdown or ""), "docx", None, _titled({}, res.title))
 
 
@@ -585,7 +600,7 @@ def convert_pptx(data: bytes, limits: Limits) -> Converted:
             io.BytesIO(data), StreamInfo(extension=".pptx"), **MARKDOWN_OPTIONS
         )
     except Exception as exc:
-        raise ConvertError(f"is not a valid PPTX file ({type(exc).__name__}: {exc})") from None
+        raise _reader_failed("PPTX", exc) from None
     md = res.markdown or ""
     marks = list(_SLIDE.finditer(md))
     parts: list[str] = []
@@ -1050,9 +1065,7 @@ def _markitdown(fmt: str, data: bytes, limits: Limits) -> Converted:
             io.BytesIO(data), StreamInfo(extension=ext, charset="utf-8"), **MARKDOWN_OPTIONS
         )
     except Exception as exc:
-        raise ConvertError(
-            f"is not a valid {fmt.upper()} file ({type(exc).__name__}: {exc})"
-        ) from None
+        raise _reader_failed(fmt.upper(), exc) from None
     if res is None or not (res.markdown or "").strip():
         raise ConvertError(f"has no text that a {fmt.upper()} reader finds")
     return Converted(res.markdown, fmt, None, _titled({}, res.title))
@@ -1143,6 +1156,12 @@ convert.main()
 """
 
 
+# What running out of memory reads like, from Python, a C library or a loader.
+_OUT_OF_MEMORY = re.compile(
+    r"MemoryError|[Cc]annot allocate|failed to map|bad_alloc|[Mm]emory allocation"
+)
+
+
 def _peak_kb() -> int | None:
     """This process's peak address space in kB (Linux), or None where unknown."""
     try:
@@ -1220,7 +1239,7 @@ def run_isolated(
         # C extension's SystemError), so the child's peak address space decides as well.
         text = err.decode("utf-8", "replace")
         peak = re.search(r"VmPeak:\s+(\d+) kB", text)
-        if re.search(r"MemoryError|[Cc]annot allocate|failed to map|bad_alloc", text) or (
+        if _OUT_OF_MEMORY.search(text) or (
             peak and _near_limit(int(peak.group(1)), limits.memory_mb)
         ):
             raise ConvertError(
@@ -1272,11 +1291,9 @@ def main() -> None:
             out = convert(data, req["file_name"], limits)
     except ConvertError as exc:
         result: dict[str, Any] = {"ok": False, "error": str(exc), "hint": exc.hint}
-        if _near_limit(_peak_kb(), limits.memory_mb):
+        if _near_limit(_peak_kb(), limits.memory_mb) or _OUT_OF_MEMORY.search(str(exc)):
             # A parser that could not allocate often reports a damaged file instead.
-            result["error"] += (
-                f" (the converter had reached its {limits.memory_mb} MB memory limit)"
-            )
+            result["error"] += f" (the converter ran into its {limits.memory_mb} MB memory limit)"
             result["hint"] = "raise kb.convert_memory_mb if the file is genuine"
     except MemoryError:
         result = {

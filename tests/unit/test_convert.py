@@ -332,6 +332,35 @@ def test_isolated_errors_and_limits() -> None:
     assert json.loads(json.dumps({"ok": True}))  # the protocol is JSON
 
 
+def test_a_reader_that_cannot_load_its_library_does_not_blame_the_file() -> None:
+    class MissingDependencyException(Exception):  # MarkItDown's, raised from the import
+        pass
+
+    try:
+        try:
+            raise ImportError("lxml/etree.so: failed to map segment from shared object")
+        except ImportError as cause:
+            raise MissingDependencyException("PptxConverter recognized the input") from cause
+    except MissingDependencyException as exc:
+        err = convert._reader_failed("PPTX", exc)
+    assert str(err) == (
+        "could not be converted: the PPTX reader's library could not be loaded (ImportError: "
+        "lxml/etree.so: failed to map segment from shared object)"
+    )
+    assert str(convert._reader_failed("PPTX", ValueError("bad zip"))) == (
+        "is not a valid PPTX file (ValueError: bad zip)"
+    )
+    # What a refused allocation reads like, from the loader, OpenBLAS or C++.
+    for text in (
+        "failed to map segment from shared object",
+        "OpenBLAS error: Memory allocation still failed after 10 retries, giving up.",
+        "std::bad_alloc",
+        "OSError: [Errno 12] Cannot allocate memory",
+    ):
+        assert convert._OUT_OF_MEMORY.search(text), text
+    assert not convert._OUT_OF_MEMORY.search("is not a valid PPTX file (KeyError: 'x')")
+
+
 def test_the_converters_stdout_carries_only_its_reply(tmp_path: Path) -> None:
     """A library that prints to stdout (MuPDF writes its errors there), from Python or
     from C, cannot corrupt the child's JSON reply; a reply that is not JSON anyway is a
