@@ -560,9 +560,9 @@ def _reader_failed(label: str, exc: Exception) -> ConvertError:
     """The error of a reader that raised ``exc``. A reader whose library could not be
     loaded (MarkItDown's MissingDependencyException, raised from the ImportError it kept)
     says so: that is the installation's fault or the memory limit's, never the file's."""
-    if type(exc).__name__ == "MissingDependencyException" or isinstance(
-        exc, ImportError | MemoryError
-    ):
+    from markitdown import MissingDependencyException
+
+    if isinstance(exc, MissingDependencyException | ImportError | MemoryError):
         why = exc.__cause__ or exc
         return ConvertError(
             f"could not be converted: the {label} reader's library could not be loaded "
