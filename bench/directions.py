@@ -1,4 +1,4 @@
-"""directions: ranking ideas replayed offline on the three sets, each beside the defaults.
+"""directions: ranking ideas replayed offline on the four sets, each beside the defaults.
 
 Each set's questions are searched once per channel through ``kb.search`` (method vector
 and full_text, top 100, the fusion depth) and the KB's BM25 postings are read once from
@@ -12,7 +12,7 @@ SciFact one (nDCG@10, documents ranked by their best chunk). The ``defaults`` ro
 for chunk. BM25 scores with kb.search's default k1 for each: 1.5 for full_text, 1.2 in the
 hybrid's list, unless a direction sets it.
 
-A direction becomes a default only where it wins on all three sets; docs/performance.md
+A direction becomes a default only where it wins on all four sets; docs/performance.md
 says what each gives.
 """
 
@@ -25,6 +25,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,58 @@ def tsv_positions(text: str) -> dict[str, list[int]]:
     }
 
 
+def tsv_headings(text: str) -> dict[str, int]:
+    """A tsvector's text form as lexeme -> how many of its positions are weighted A (the
+    chunk's heading path, kb.chunk_tsvector), for the lexemes that have any."""
+    out = {lex.replace("''", "'"): at.count("A") for lex, at in _TSV_ENTRY.findall(text)}
+    return {lex: n for lex, n in out.items() if n}
+
+
 CALIBRATION_QUERIES = 200
+
+# Princeton WordNet 3.0 as Debian's wordnet-base installs it (apt-get install
+# wordnet-base): the synonym direction runs where it is there and is left out where not.
+WORDNET = Path("/usr/share/wordnet")
+
+
+def wordnet_synonyms(conn: Any, cfg: dict[str, Any], index: dict[str, int]) -> dict[int, list[int]]:
+    """Each KB term's WordNet synonyms among the KB's terms: the other words of the first
+    (commonest) sense of each part of speech of every word the term stems from, stemmed
+    with the KB's text configuration."""
+    synsets: dict[tuple[str, str], list[str]] = {}
+    first: dict[str, list[tuple[str, str]]] = {}
+    for pos in ("noun", "verb", "adj", "adv"):
+        for line in (WORDNET / f"data.{pos}").read_text(encoding="latin-1").splitlines():
+            if line.startswith(" "):
+                continue
+            p = line.split()
+            words = [p[4 + 2 * i].split("(")[0].lower() for i in range(int(p[3], 16))]
+            synsets[pos, p[0]] = [w for w in words if "_" not in w]
+        for line in (WORDNET / f"index.{pos}").read_text(encoding="latin-1").splitlines():
+            if line.startswith(" "):
+                continue
+            p = line.split()
+            if "_" not in p[0]:
+                first.setdefault(p[0], []).append((pos, p[6 + int(p[3])]))
+    words = sorted(set(first) | {w for ws in synsets.values() for w in ws})
+    stem = {
+        w: lex[0]
+        for w, lex in conn.execute(
+            "SELECT w, kb._config_lexemes(%s::jsonb, w) FROM unnest(%s::text[]) w",
+            (json.dumps(cfg), words),
+        )
+        if len(lex) == 1 and lex[0] in index
+    }
+    out: dict[int, set[int]] = {}
+    for word, senses in first.items():
+        if word not in stem:
+            continue
+        term = index[stem[word]]
+        for sense in senses:
+            for other in synsets[sense]:
+                if other in stem and index[stem[other]] != term:
+                    out.setdefault(term, set()).add(index[stem[other]])
+    return {t: sorted(ts) for t, ts in out.items()}
 
 
 @dataclass(frozen=True)
@@ -122,6 +174,10 @@ class Replay:
         self.place: dict[int, tuple[int, int]] = {}
         # Each chunk's word positions by term, from its tsvector (the proximity directions).
         self.positions: dict[int, dict[int, list[int]]] = {}
+        # Heading words (positions weighted A), which the postings count heading_weight
+        # times: the heading_weight directions count them another number of times.
+        self.heading_weight = int(cfg.get("heading_weight") or 1)
+        heading: dict[tuple[int, int], int] = {}
         for cid, title, heads, doc, ordinal, tsv in conn.execute(
             "SELECT c.id, d.title, c.heading_path, c.document_id, c.ordinal, c.tsv::text "
             "FROM kb.chunk c JOIN kb.document d ON d.id = c.document_id AND d.kb_id = c.kb_id "
@@ -134,6 +190,22 @@ class Replay:
             self.positions[cid] = {
                 index[x]: at for x, at in tsv_positions(tsv).items() if x in index
             }
+            if cid in self.row:
+                for x, n in tsv_headings(tsv).items():
+                    if x in index:
+                        heading[index[x], self.row[cid]] = n
+        # Aligned with term_rows: each posting's heading positions; and each chunk's.
+        self.term_head = np.array(
+            [
+                heading.get((t, int(r)), 0)
+                for t in range(len(self.lexemes))
+                for r in self.term_rows[self.term_bounds[t] : self.term_bounds[t + 1]]
+            ],
+            dtype=np.float64,
+        )
+        self.head_len = np.zeros(len(self.ids))
+        for (_, r), n in heading.items():
+            self.head_len[r] += n
         for q in questions:
             # The query's tsvector: its lexemes (kb._config_lexemes's) and their positions.
             qtsv = conn.execute(
@@ -190,6 +262,7 @@ class Replay:
             q.embedding = np.array(vec[0]) / max(float(np.linalg.norm(vec[0])), 1e-12)
         self.calibration = self._calibrate(conn, kb, ix)
         self.sections = self._section_vectors(conn, kb, kb_id, ix)
+        self.synonyms = wordnet_synonyms(conn, cfg, index) if WORDNET.is_dir() else None
 
     def _section_vectors(self, conn: Any, kb: str, kb_id: int, ix: int) -> np.ndarray:
         """Each chunk's section vector, one per section: the embedding of its heading path
@@ -259,6 +332,22 @@ class Replay:
             tf, dl = self.term_tf[lo:hi], self.term_dl[lo:hi]
             part = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / self.avgdl)) + delta
             np.add.at(out, self.term_rows[lo:hi], w * self.idf[t] * part)
+        return out
+
+    def bm25_headings(self, q: Question, k1: float, weight: int) -> np.ndarray:
+        """Every chunk's BM25 score for the question's terms with its heading words
+        counted ``weight`` times instead of the index's heading_weight (tf, the chunk's
+        length and the average length alike, as kb.tsvector_length counts them)."""
+        more = weight - self.heading_weight
+        dl = self.dl + more * self.head_len
+        avgdl = self.avgdl + more * float(self.head_len.sum()) / max(self.n, 1)
+        out = np.zeros(len(self.ids))
+        for t in q.terms:
+            lo, hi = self.term_bounds[t], self.term_bounds[t + 1]
+            rows = self.term_rows[lo:hi]
+            tf = self.term_tf[lo:hi] + more * self.term_head[lo:hi]
+            part = tf * (k1 + 1) / (tf + k1 * (1 - B + B * dl[rows] / avgdl))
+            np.add.at(out, rows, self.idf[t] * part)
         return out
 
     def top(self, scores: np.ndarray, k: int = DEPTH) -> list[tuple[int, float]]:
@@ -532,6 +621,7 @@ class Direction:
     proximity: tuple[float, int, bool] | None = None  # Replay.proximity's share, window, ordered
     weight: Callable[[Replay, Question], float] | None = None  # the question's vector weight
     section_vector: float = 0.0  # the vector list rescored: cosine + this x section cosine
+    needs_wordnet: bool = False  # left out where WordNet is not installed
 
 
 _DEFAULTS = config.RetrievalConfig.model_fields
@@ -608,6 +698,30 @@ def weight_on_disagreement(r: Replay, q: Question, shift: float, depth: int = 10
     return q.vector_weight if text & vector else min(1.0, q.vector_weight + shift)
 
 
+def weight_by_coverage(r: Replay, q: Question, below: float) -> float:
+    """The question's vector weight, 0.2 more where BM25's first hit (the hybrid's list)
+    holds less than ``below`` of the question's terms, each weighted by its idf: BM25
+    matched a few of its words, not what it asks."""
+    top = r.top(plain(r, q, config.BM25_K1), 1)
+    total = sum(r.idf[t] for t in q.terms)
+    if not top or total <= 0:
+        return q.vector_weight
+    at = r.row[top[0][0]]
+    held = set(r.chunk_terms[r.chunk_bounds[at] : r.chunk_bounds[at + 1]].tolist())
+    share = sum(r.idf[t] for t in q.terms if t in held) / total
+    return min(1.0, q.vector_weight + 0.2) if share < below else q.vector_weight
+
+
+def with_synonyms(r: Replay, q: Question, k1: float, share: float) -> np.ndarray:
+    """BM25 for the question's terms and, at ``share`` of a term's weight, their WordNet
+    synonyms (wordnet_synonyms) that the question does not say."""
+    weights = dict.fromkeys(q.terms, 1.0)
+    for t in q.terms:
+        for other in (r.synonyms or {}).get(t, []):
+            weights.setdefault(other, share)
+    return r.bm25(weights, k1)
+
+
 DIRECTIONS = [
     Direction("defaults"),
     Direction("fusion depth 50", depth=50),
@@ -648,6 +762,10 @@ DIRECTIONS = [
     ),
     Direction("section vectors: + 0.2 of the section's cosine", section_vector=0.2),
     Direction("section vectors: + 0.5 of the section's cosine", section_vector=0.5),
+    Direction(
+        "vector weight 0.2 more where BM25's first hit holds under 0.4 of the question's idf",
+        weight=lambda r, q: weight_by_coverage(r, q, 0.4),
+    ),
     Direction("BM25 k1 1.2 for both", lambda r, q, k1: plain(r, q, 1.2)),
     Direction("BM25 k1 1.5 for both", lambda r, q, k1: plain(r, q, 1.5)),
     Direction(
@@ -676,6 +794,21 @@ DIRECTIONS = [
         lambda r, q, k1: r.bm25(dict.fromkeys(q.terms, 1.0), k1, delta=0.25),
     ),
     Direction(
+        "BM25 heading_weight 1 (headings as body text)",
+        lambda r, q, k1: r.bm25_headings(q, k1, 1),
+    ),
+    Direction("BM25 heading_weight 3", lambda r, q, k1: r.bm25_headings(q, k1, 3)),
+    Direction(
+        "BM25 with WordNet synonyms (first senses), each at 0.2",
+        lambda r, q, k1: with_synonyms(r, q, k1, 0.2),
+        needs_wordnet=True,
+    ),
+    Direction(
+        "BM25 with WordNet synonyms (first senses), each at 0.5",
+        lambda r, q, k1: with_synonyms(r, q, k1, 0.5),
+        needs_wordnet=True,
+    ),
+    Direction(
         "RM3: 10 chunks, 10 words, query keeps 0.5",
         lambda r, q, k1: r.feedback(q, k1, 10, 10, 0.5, one_per_section=False),
     ),
@@ -700,6 +833,8 @@ DIRECTIONS = [
 def replay_set(replay: Replay) -> dict[str, Any]:
     out: dict[str, Any] = {"questions": len(replay.questions)}
     for d in DIRECTIONS:
+        if d.needs_wordnet and replay.synonyms is None:
+            continue
         text_rows, vector_rows, hybrid_rows = [], [], []
         same = 0
         for q in replay.questions:

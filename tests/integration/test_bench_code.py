@@ -19,6 +19,7 @@ from bench.directions import (
     ranked,
     replay_set,
     score,
+    tsv_headings,
     tsv_positions,
 )
 from bench.scale import bench_scale
@@ -70,6 +71,13 @@ def test_tsv_positions_reads_a_tsvector(conn: psycopg.Connection) -> None:
     quoted = conn.execute("SELECT $$'it''s':2,7B$$::tsvector::text").fetchone()[0]
     assert tsv_positions(quoted) == {"it's": [2, 7]}
     assert tsv_positions("") == {}
+    # Heading words are the positions weighted A (kb.chunk_tsvector).
+    mixed = conn.execute(
+        "SELECT (to_tsvector('simple', 'cat dog') || setweight(to_tsvector('simple', 'cat'), 'A'))"
+        "::text"
+    ).fetchone()[0]
+    assert tsv_headings(mixed) == {"cat": 1}
+    assert tsv_headings(text) == {"it": 1, "s": 1, "a": 2, "cat": 1, "dog": 1}
 
 
 def test_compare_alternates_the_two_databases(
@@ -143,6 +151,11 @@ def test_directions_replay_ranks_as_search_does(
             for cid, sim in q.vector:
                 if cid in replay.row:
                     assert exact[replay.row[cid]] == pytest.approx(sim, abs=1e-5)
+            # Heading words counted at the index's own heading_weight: the postings' BM25.
+            assert np.allclose(
+                replay.bm25_headings(q, config.BM25_K1, replay.heading_weight),
+                plain(replay, q, config.BM25_K1),
+            )
             mine = score(replay, q, hybrid)
             assert mine["mrr@10"] == pytest.approx(float(scored["rr"]))
             assert mine["ndcg@10"] == pytest.approx(float(scored["ndcg"]), abs=1e-4)
@@ -154,7 +167,10 @@ def test_directions_replay_ranks_as_search_does(
     # One section vector a chunk, unit length.
     assert replay.sections.shape == replay.embeddings.shape
     assert np.allclose(np.linalg.norm(replay.sections, axis=1), 1.0)
-    assert {d.label for d in DIRECTIONS} <= set(out)
+    # Every direction, but WordNet's where Debian's wordnet-base is not installed.
+    assert {d.label for d in DIRECTIONS if replay.synonyms is not None or not d.needs_wordnet} <= (
+        set(out)
+    )
     assert out["defaults"]["full_text"]["success@5"] == 1.0  # each question names its answer
 
 
