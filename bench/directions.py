@@ -79,10 +79,10 @@ CALIBRATION_QUERIES = 200
 WORDNET = Path("/usr/share/wordnet")
 
 
-def wordnet_synonyms(conn: Any, cfg: dict[str, Any], index: dict[str, int]) -> dict[int, list[int]]:
-    """Each KB term's WordNet synonyms among the KB's terms: the other words of the first
-    (commonest) sense of each part of speech of every word the term stems from, stemmed
-    with the KB's text configuration."""
+@functools.cache
+def _wordnet_senses() -> tuple[dict[tuple[str, str], list[str]], dict[str, list[tuple[str, str]]]]:
+    """WordNet's synsets (part of speech, offset) -> their one-word lemmas, and each
+    one-word lemma's first (commonest) synset of each part of speech; read once."""
     synsets: dict[tuple[str, str], list[str]] = {}
     first: dict[str, list[tuple[str, str]]] = {}
     for pos in ("noun", "verb", "adj", "adv"):
@@ -98,6 +98,14 @@ def wordnet_synonyms(conn: Any, cfg: dict[str, Any], index: dict[str, int]) -> d
             p = line.split()
             if "_" not in p[0]:
                 first.setdefault(p[0], []).append((pos, p[6 + int(p[3])]))
+    return synsets, first
+
+
+def wordnet_synonyms(conn: Any, cfg: dict[str, Any], index: dict[str, int]) -> dict[int, list[int]]:
+    """Each KB term's WordNet synonyms among the KB's terms: the other words of the first
+    (commonest) sense of each part of speech of every word the term stems from, stemmed
+    with the KB's text configuration."""
+    synsets, first = _wordnet_senses()
     words = sorted(set(first) | {w for ws in synsets.values() for w in ws})
     stem = {
         w: lex[0]
@@ -176,8 +184,10 @@ class Replay:
         self.positions: dict[int, dict[int, list[int]]] = {}
         # Heading words (positions weighted A), which the postings count heading_weight
         # times: the heading_weight directions count them another number of times.
-        self.heading_weight = int(cfg.get("heading_weight") or 1)
-        heading: dict[tuple[int, int], int] = {}
+        (self.heading_weight,) = conn.execute(
+            "SELECT kb._heading_weight(%s::jsonb)", (json.dumps(cfg),)
+        ).fetchone()
+        heading: dict[int, int] = {}  # term x chunks + chunk row -> heading positions
         for cid, title, heads, doc, ordinal, tsv in conn.execute(
             "SELECT c.id, d.title, c.heading_path, c.document_id, c.ordinal, c.tsv::text "
             "FROM kb.chunk c JOIN kb.document d ON d.id = c.document_id AND d.kb_id = c.kb_id "
@@ -193,19 +203,21 @@ class Replay:
             if cid in self.row:
                 for x, n in tsv_headings(tsv).items():
                     if x in index:
-                        heading[index[x], self.row[cid]] = n
+                        heading[index[x] * len(self.ids) + self.row[cid]] = n
         # Aligned with term_rows: each posting's heading positions; and each chunk's.
-        self.term_head = np.array(
-            [
-                heading.get((t, int(r)), 0)
-                for t in range(len(self.lexemes))
-                for r in self.term_rows[self.term_bounds[t] : self.term_bounds[t + 1]]
-            ],
-            dtype=np.float64,
-        )
+        keys = np.fromiter(heading.keys(), np.int64, len(heading))
+        counts = np.fromiter(heading.values(), np.float64, len(heading))
+        order = np.argsort(keys)
+        keys, counts = keys[order], counts[order]
+        self.term_head = np.zeros(len(self.term_rows))
         self.head_len = np.zeros(len(self.ids))
-        for (_, r), n in heading.items():
-            self.head_len[r] += n
+        if len(keys):
+            terms = np.repeat(np.arange(len(self.lexemes)), np.diff(self.term_bounds))
+            posting = terms * len(self.ids) + self.term_rows
+            found = np.searchsorted(keys, posting).clip(max=len(keys) - 1)
+            hit = keys[found] == posting
+            self.term_head[hit] = counts[found[hit]]
+            np.add.at(self.head_len, keys % len(self.ids), counts)
         for q in questions:
             # The query's tsvector: its lexemes (kb._config_lexemes's) and their positions.
             qtsv = conn.execute(
@@ -706,8 +718,7 @@ def weight_by_coverage(r: Replay, q: Question, below: float) -> float:
     total = sum(r.idf[t] for t in q.terms)
     if not top or total <= 0:
         return q.vector_weight
-    at = r.row[top[0][0]]
-    held = set(r.chunk_terms[r.chunk_bounds[at] : r.chunk_bounds[at + 1]].tolist())
+    held = r.positions[top[0][0]]  # the first hit's terms
     share = sum(r.idf[t] for t in q.terms if t in held) / total
     return min(1.0, q.vector_weight + 0.2) if share < below else q.vector_weight
 
