@@ -268,6 +268,20 @@ class Worker:
                     kb, n, summarized, kept, removed,
                 )  # fmt: skip
 
+    def _refresh_term_vectors(self, conn: Any) -> None:
+        """With the queue empty: embed the new words of generations whose chunks changed
+        (full_text's term expansion)."""
+        for kb, index_id, added, removed, error in conn.execute(
+            "SELECT * FROM kb.refresh_term_vectors()"
+        ).fetchall():
+            if error:
+                log.warning("term vectors of %s (generation %s): failed: %s", kb, index_id, error)
+            elif added or removed:
+                log.info(
+                    "term vectors of %s (generation %s): %s words embedded, %s removed",
+                    kb, index_id, added, removed,
+                )  # fmt: skip
+
     def _queue_empty(self, conn: Any) -> bool:
         row = conn.execute(
             "SELECT count(*) FROM kb.job WHERE status IN ('queued', 'running')"
@@ -312,6 +326,7 @@ class Worker:
                     self._backlog = False
                     if index == 0 and self._queue_empty(conn):
                         self._refresh_communities(conn)
+                        self._refresh_term_vectors(conn)
                     if self.once and all(self._idle) and self._queue_empty(conn):
                         return
                     self.wake.wait(self.poll_interval)

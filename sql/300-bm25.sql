@@ -246,19 +246,19 @@ COMMENT ON FUNCTION kb._bm25_cache_mb() IS
 
 CREATE OR REPLACE FUNCTION kb._py_bm25_search(kb_id integer, index_id bigint, query text,
     top_k integer, k1 double precision, b double precision, filter jsonb, cache_mb integer,
-    OUT chunk_ids text, OUT scores text, OUT essential text)
+    terms jsonb, OUT chunk_ids text, OUT scores text, OUT essential text)
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.bm25_search(plpy, kb_id, index_id, query, top_k, k1, b, filter, cache_mb)
+return sqlapi.bm25_search(plpy, kb_id, index_id, query, top_k, k1, b, filter, cache_mb, terms)
 $$;
-COMMENT ON FUNCTION kb._py_bm25_search(integer, bigint, text, integer, double precision, double precision, jsonb, integer) IS
+COMMENT ON FUNCTION kb._py_bm25_search(integer, bigint, text, integer, double precision, double precision, jsonb, integer, jsonb) IS
   'Internal: kb._bm25_search scored in memory (plpython/kbpg_db/bm25.py), each term''s '
   'postings kept per backend while its kb.term_stat row is the same row version: the top '
   'chunk ids and scores, best first, as bigint[] and double precision[] literals, and '
-  'kb.bm25_essential''s value.';
+  'kb.bm25_essential''s value. terms: more lexemes and their weights (term expansion).';
 
 CREATE OR REPLACE FUNCTION kb.bm25_cache_stats(OUT terms integer, OUT megabytes double precision,
     OUT hits bigint, OUT misses bigint, OUT budget_mb integer)
@@ -276,7 +276,8 @@ COMMENT ON FUNCTION kb.bm25_cache_stats() IS
 
 CREATE OR REPLACE FUNCTION kb._bm25_search(kb_id integer, index_id bigint, query text,
                                            top_k integer, k1 double precision,
-                                           b double precision, filter jsonb)
+                                           b double precision, filter jsonb,
+                                           terms jsonb DEFAULT NULL)
 RETURNS TABLE (chunk_id bigint, score double precision)
 LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
@@ -291,6 +292,9 @@ AS $$
 -- top k and the result equals exhaustive scoring. Otherwise e grows to the first point
 -- where the rest's bounds fall below the theta found so far (theta only rises as
 -- candidates are added), and at worst every term is essential: exhaustive scoring.
+-- terms: lexemes to add to the query's, each with its weight (term expansion: the words
+-- nearest the query's embedding, kb._expansion_terms); a term's idf, and so its bound, is
+-- multiplied by its weight, the query's own terms' by 1.
 DECLARE
   v_n      double precision;
   v_avgdl  double precision;
@@ -316,7 +320,7 @@ BEGIN
   v_cache_mb := kb._bm25_cache_mb();
   IF v_cache_mb > 0 THEN
     SELECT * INTO v_hits
-      FROM kb._py_bm25_search(kb_id, index_id, query, top_k, k1, b, filter, v_cache_mb);
+      FROM kb._py_bm25_search(kb_id, index_id, query, top_k, k1, b, filter, v_cache_mb, terms);
     PERFORM set_config('kb.bm25_essential', v_hits.essential, true);
     RETURN QUERY SELECT u.id, u.s
       FROM unnest(v_hits.chunk_ids::bigint[], v_hits.scores::double precision[]) u(id, s);
@@ -329,11 +333,15 @@ BEGIN
          array_agg(t.idf ORDER BY t.idf DESC, t.lexeme),
          array_agg(t.df ORDER BY t.idf DESC, t.lexeme)
     INTO v_terms, v_idf, v_df
-    FROM (SELECT ts.lexeme, ts.df::bigint AS df, ln(1 + (v_n - ts.df + 0.5) / (ts.df + 0.5)) AS idf
-            FROM kb.term_stat ts
+    FROM (SELECT ts.lexeme, ts.df::bigint AS df,
+                 ln(1 + (v_n - ts.df + 0.5) / (ts.df + 0.5))
+                 * CASE WHEN ts.lexeme = ANY (q.lexemes) THEN 1
+                        ELSE (_bm25_search.terms->>ts.lexeme)::double precision END AS idf
+            FROM (SELECT kb._config_lexemes(v_cfg, query) AS lexemes) q, kb.term_stat ts
            WHERE ts.index_id = _bm25_search.index_id AND ts.kb_id = _bm25_search.kb_id
              AND ts.df > 0
-             AND ts.lexeme = ANY (kb._config_lexemes(v_cfg, query))) t;
+             AND ts.lexeme = ANY (q.lexemes || ARRAY(SELECT jsonb_object_keys(
+                                    coalesce(_bm25_search.terms, '{}'))))) t;
   v_m := coalesce(cardinality(v_terms), 0);
   IF v_m = 0 THEN
     RETURN;
@@ -404,7 +412,7 @@ BEGIN
   RETURN QUERY SELECT u.id, u.s FROM unnest(v_ids, v_scores) u(id, s);
 END
 $$;
-COMMENT ON FUNCTION kb._bm25_search(integer, bigint, text, integer, double precision, double precision, jsonb) IS
+COMMENT ON FUNCTION kb._bm25_search(integer, bigint, text, integer, double precision, double precision, jsonb, jsonb) IS
   'Internal: kb.bm25_search within one knowledge base: every statement reads that kb_id''s '
   'rows only (what Citus routes to the node holding the KB; docs/operations.md, "Beyond one machine").';
 

@@ -223,15 +223,23 @@ DECLARE
   v_gpath  text[];
   v_zscore boolean;
   v_lim    integer;
+  v_xterms jsonb;
+  v_xwords text[];
 BEGIN
   v_kb := kb._get_kb_by_id(p_kb_id);
   PERFORM kb._check_query(p_query);
   v_ix := kb._active_index(v_kb);
   IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text'
-     AND v_kb.retrieval_config->>'rerank_model' IS DISTINCT FROM 'llm' THEN
-    -- The stored config was validated when written, and full_text embeds nothing: this
-    -- path runs no PL/Python at all (rerank_model "llm" is resolved to the index
-    -- generation's chat model by kb._prepare_query).
+     AND v_kb.retrieval_config->>'rerank_model' IS DISTINCT FROM 'llm'
+     AND (coalesce((v_kb.retrieval_config->>'term_expansion')::integer,
+                   /*@term_expansion*/0/*@*/) = 0
+          OR NOT EXISTS (SELECT 1 FROM kb.term_vector tv
+                          WHERE tv.index_id = v_ix.id AND tv.kb_id = v_ix.kb_id
+                            AND tv.embedding IS NOT NULL)) THEN
+    -- The stored config was validated when written, and full_text without term expansion
+    -- (none asked for, or no vocabulary vectors yet) embeds nothing: this path runs no
+    -- PL/Python at all (rerank_model "llm" is resolved to the index generation's chat
+    -- model by kb._prepare_query).
     v_prep := ROW(v_kb.retrieval_config, NULL, NULL, NULL)::kb.prepared_query;
   ELSE
     v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);
@@ -263,6 +271,25 @@ BEGIN
   END IF;
   -- The rows fusion hands on: the top_k, or the reranker's candidates.
   v_lim := CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END;
+  -- full_text: the indexed words nearest the query's embedding join BM25's query
+  -- (term_expansion), and usage names them.
+  IF v_method = 'full_text' AND v_prep.embedding IS NOT NULL THEN
+    SELECT e.terms, e.words INTO v_xterms, v_xwords
+      FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding,
+                               (v_cfg->>'term_expansion')::integer,
+                               (v_cfg->>'term_expansion_weight')::double precision,
+                               v_ix.indexing_config) e;
+    IF v_xwords IS NOT NULL THEN
+      v_prep.usage := coalesce(v_prep.usage, '{}')
+                      || jsonb_build_object('term_expansion', jsonb_build_object('words', v_xwords));
+    ELSIF NOT EXISTS (SELECT 1 FROM kb.term_vector tv
+                       WHERE tv.index_id = v_ix.id AND tv.kb_id = v_ix.kb_id
+                         AND tv.embedding IS NOT NULL) THEN
+      v_prep.note := concat_ws('; ', v_prep.note,
+        'term expansion: this knowledge base''s words have no vectors yet '
+        '(the worker embeds them when its queue is empty; kb.refresh_term_vectors(kb) at once)');
+    END IF;
+  END IF;
 
   IF v_method = 'tree_search' THEN
     -- PageIndex: the LLM reads the trees' ToCs (kbpg_db/features/page_index/tree_search.py); ranks as it chose.
@@ -306,7 +333,7 @@ BEGIN
                                       CASE WHEN v_method = 'full_text'
                                            THEN /*@bm25_k1_full_text*/1.5/*@*/
                                            ELSE /*@bm25_k1*/1.2/*@*/ END),
-                             (v_cfg->>'bm25_b')::double precision, v_filter) x
+                             (v_cfg->>'bm25_b')::double precision, v_filter, v_xterms) x
         WHERE v_method IN ('full_text', 'hybrid')
       ), gr0 AS (
         SELECT u.chunk_id, u.rn::integer AS rn FROM unnest(v_gchunk) WITH ORDINALITY AS u(chunk_id, rn)
@@ -519,10 +546,12 @@ COMMENT ON FUNCTION kb.search IS
   'a query in plain words; score normalised so the best is 1), vector (score = cosine '
   'similarity) or full_text (score = BM25). BM25''s k1, unless bm25_k1 sets it, is '
   '/*@bm25_k1_full_text*/1.5/*@*/ for full_text and /*@bm25_k1*/1.2/*@*/ in hybrid''s BM25 list. '
+  'full_text adds to BM25''s query the term_expansion indexed words nearest the query''s '
+  'embedding, at most term_expansion_weight of a word''s weight (0 words: plain BM25). '
   'Every retrieval_config field can be overridden by a named parameter or in options; filter '
   'keeps chunks whose document metadata contains it. note says when a channel was unavailable; '
   'usage what the query cost and used (its embedding, rerank, LLM calls; the vector weight '
-  'hybrid fused with). On a graph_index KB the '
+  'hybrid fused with; the words term expansion added). On a graph_index KB the '
   'sections the hits reference follow the hits (reference_expansion, at most expansion_limit), '
   'with score NULL and expanded_from the chunk_id of the hit that refers to them. Writes nothing.';
 

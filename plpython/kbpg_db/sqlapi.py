@@ -211,6 +211,7 @@ def bm25_search(
     b: float,
     filter_json: str | None,
     cache_mb: int,
+    terms: str | None = None,
 ) -> dict[str, str]:
     """kb._py_bm25_search's row: chunk ids and scores as array literals, which array_in
     reads in C (PL/Python would convert a list, or a set of rows, value by value through
@@ -218,12 +219,21 @@ def bm25_search(
     float reads back as the same double."""
     from kbpg_db import bm25
 
-    hits = bm25.search(plpy, kb_id, index_id, query, top_k, k1, b, filter_json, cache_mb)
+    extra = {str(k): float(v) for k, v in json.loads(terms).items()} if terms else None
+    hits = bm25.search(plpy, kb_id, index_id, query, top_k, k1, b, filter_json, cache_mb, extra)
     return {
         "chunk_ids": "{" + ",".join(map(str, hits.chunk_ids)) + "}",
         "scores": "{" + ",".join(map(repr, hits.scores)) + "}",
         "essential": hits.essential,
     }
+
+
+def refresh_term_vectors(
+    plpy: Any, kb_id: int, index_id: int, indexing_config: Any
+) -> dict[str, int]:
+    from kbpg_db import term_expansion
+
+    return _call(plpy, term_expansion.refresh, plpy, kb_id, index_id, indexing_config)
 
 
 def bm25_cache_stats(plpy: Any) -> dict[str, Any]:

@@ -127,6 +127,7 @@ def macros() -> dict[str, str]:
         "usage_modes": _quoted(config.USAGE_MODES),
         "bm25_k1": repr(config.BM25_K1),
         "bm25_k1_full_text": repr(config.BM25_K1_FULL_TEXT),
+        "term_expansion": str(config.TERM_EXPANSION),
         # Generated from config.FEATURES: what a failed generation's clean-up deletes,
         # and the tables whose rows only kbpg's worker writes, readable as their index.
         "clear_index_tables": _clear_index_body(),

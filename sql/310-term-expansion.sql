@@ -1,0 +1,110 @@
+-- Term expansion for full_text search (retrieval_config.term_expansion; the vocabulary's
+-- embeddings are built by plpython/kbpg_db/term_expansion.py).
+--
+-- A full_text search with term_expansion > 0 (off by default) embeds the query and adds
+-- the KB's indexed words nearest to it to BM25's query: the nearest at
+-- term_expansion_weight of a query word's weight, the others in proportion to their
+-- similarity. A generation whose vocabulary has no vectors yet (the worker embeds it when
+-- its queue is empty; kb.refresh_term_vectors(kb) at once) is searched without expansion,
+-- and the search's note says so.
+
+CREATE OR REPLACE FUNCTION kb._py_refresh_term_vectors(kb_id integer, index_id bigint,
+    indexing_config jsonb, OUT added integer, OUT removed integer)
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.refresh_term_vectors(plpy, kb_id, index_id, indexing_config)
+$$;
+COMMENT ON FUNCTION kb._py_refresh_term_vectors(integer, bigint, jsonb) IS
+  'Internal: embeds the words of one generation that have no vector yet '
+  '(kbpg_db/term_expansion.py).';
+
+CREATE OR REPLACE FUNCTION kb.refresh_term_vectors(kb text DEFAULT NULL)
+RETURNS TABLE (kb_name text, index_id bigint, added integer, removed integer, error text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_ix   record;
+  v_seen text;
+  v_r    record;
+BEGIN
+  -- The generations (building or serving) whose chunks changed since their last refresh
+  -- (chunk count and total length): of the KB named, or of every KB whose retrieval_config
+  -- expands full_text queries (term_expansion above 0).
+  FOR v_ix IN
+    SELECT k.name, i.id, i.kb_id, i.n_chunks, i.total_len, i.indexing_config
+      FROM kb.knowledge_base k
+      JOIN kb.kb_index i ON i.kb_id = k.id AND i.status IN ('building', 'active')
+      LEFT JOIN kb.term_vector_state s ON s.index_id = i.id AND s.kb_id = i.kb_id
+     WHERE (refresh_term_vectors.kb IS NULL
+            AND coalesce((k.retrieval_config->>'term_expansion')::integer,
+                         /*@term_expansion*/0/*@*/) > 0
+            OR k.name = refresh_term_vectors.kb)
+       AND i.n_chunks > 0
+       AND s.seen IS DISTINCT FROM i.n_chunks || '/' || i.total_len
+     ORDER BY i.id LOOP
+    v_seen := v_ix.n_chunks || '/' || v_ix.total_len;
+    BEGIN
+      SELECT * INTO v_r FROM kb._py_refresh_term_vectors(v_ix.kb_id, v_ix.id, v_ix.indexing_config);
+      INSERT INTO kb.term_vector_state AS s (index_id, kb_id, seen, words, refreshed_at, error)
+      VALUES (v_ix.id, v_ix.kb_id, v_seen,
+              (SELECT count(*) FROM kb.term_vector v
+                WHERE v.index_id = v_ix.id AND v.kb_id = v_ix.kb_id AND v.embedding IS NOT NULL),
+              now(), NULL)
+      ON CONFLICT ON CONSTRAINT term_vector_state_pkey DO UPDATE
+        SET seen = EXCLUDED.seen, words = EXCLUDED.words, refreshed_at = now(), error = NULL;
+      RETURN QUERY SELECT v_ix.name, v_ix.id, v_r.added, v_r.removed, NULL::text;
+    EXCEPTION WHEN OTHERS THEN
+      -- Recorded, and tried again once the generation's chunks change.
+      INSERT INTO kb.term_vector_state AS s (index_id, kb_id, seen, refreshed_at, error)
+      VALUES (v_ix.id, v_ix.kb_id, v_seen, now(), left(SQLERRM, 2000))
+      ON CONFLICT ON CONSTRAINT term_vector_state_pkey DO UPDATE
+        SET seen = EXCLUDED.seen, refreshed_at = now(), error = EXCLUDED.error;
+      RETURN QUERY SELECT v_ix.name, v_ix.id, NULL::integer, NULL::integer, SQLERRM;
+    END;
+  END LOOP;
+END
+$$;
+COMMENT ON FUNCTION kb.refresh_term_vectors(text) IS
+  'Embeds the new words of the generations whose chunks changed since their last refresh, for '
+  'full_text''s term expansion: of the KB named, or of every KB whose term_expansion is above '
+  '0 (the worker runs it so when its queue is empty). Returns what each refresh added and removed, or its error (also kept in '
+  'kb.term_vector_state).';
+
+CREATE OR REPLACE FUNCTION kb._expansion_terms(p_kb_id integer, p_index_id bigint, p_query text,
+    p_embedding real[], p_count integer, p_weight double precision, p_indexing_config jsonb,
+    OUT terms jsonb, OUT words text[])
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+-- The p_count indexed words nearest the query's embedding that are not among the query's
+-- own lexemes, as {lexeme: weight}: the nearest at p_weight, each other at p_weight times
+-- its similarity over the nearest's; and the words, nearest first. An exact scan of the
+-- generation's vocabulary (a few thousand words for a manual, 14k for SciFact's abstracts).
+BEGIN
+  IF p_embedding IS NULL OR p_count IS NULL OR p_count < 1 OR p_weight IS NULL OR p_weight <= 0 THEN
+    RETURN;
+  END IF;
+  WITH near AS (
+    SELECT v.lexeme, v.word, 1 - (v.embedding <=> p_embedding::vector) AS sim
+      FROM kb.term_vector v
+     WHERE v.index_id = p_index_id AND v.kb_id = p_kb_id AND v.embedding IS NOT NULL
+       AND v.lexeme <> ALL (kb._config_lexemes(p_indexing_config, p_query))
+     ORDER BY v.embedding <=> p_embedding::vector, v.lexeme
+     LIMIT p_count
+  ), weighted AS (
+    SELECT n.lexeme, n.word, n.sim,
+           p_weight * n.sim / nullif(max(n.sim) OVER (), 0) AS w
+      FROM near n
+  )
+  SELECT jsonb_object_agg(x.lexeme, x.w), array_agg(x.word ORDER BY x.sim DESC, x.lexeme)
+    INTO terms, words
+    FROM weighted x WHERE x.w > 0;
+END
+$$;
+COMMENT ON FUNCTION kb._expansion_terms(integer, bigint, text, real[], integer, double precision, jsonb) IS
+  'Internal: full_text''s term expansion, the indexed words nearest the query''s embedding: '
+  'their lexemes and weights ({lexeme: weight}) and the words, nearest first.';

@@ -1,0 +1,176 @@
+"""full_text's term expansion: the vocabulary's vectors (kb.refresh_term_vectors, run by
+the worker) and BM25 with the added words at their weights, in both scorers."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from kbpg.client import Client
+from tests.fakeprovider import FakeProvider
+from tests.helpers import remote_kb, run_worker
+
+CORPUS = {
+    "paths": "The basename function returns the last portion of a path. Directories hold files.",
+    "dirs": "Create directories recursively; one directory may hold other directories and files.",
+    "files": "Reading files: a file is opened, read and closed. Files live in directories.",
+    "net": "Sockets connect hosts over the network. A socket listens on a port of the host.",
+    "ports": "A port number picks the socket on a host; the network delivers packets to it.",
+}
+
+
+def build(client: Client, conn: psycopg.Connection, provider: FakeProvider, name: str,
+          retrieval: dict[str, Any]) -> None:  # fmt: skip
+    remote_kb(client, conn, provider, name, retrieval)
+    for title, text in CORPUS.items():
+        client.add_text(name, title, text)
+    run_worker(conn.info.dsn)
+
+
+def vocabulary(conn: psycopg.Connection, kb: str) -> dict[str, str | None]:
+    return dict(
+        conn.execute(
+            "SELECT v.lexeme, v.word FROM kb.term_vector v JOIN kb.knowledge_base k "
+            "ON k.id = v.kb_id AND k.active_index_id = v.index_id WHERE k.name = %s",
+            (kb,),
+        ).fetchall()
+    )
+
+
+def weighted_bm25(
+    conn: psycopg.Connection, kb: str, weights: dict[str, float], k1: float, b: float = 0.75
+) -> dict[int, float]:
+    """BM25 computed here from the chunks' tsvectors, each lexeme's idf times its weight."""
+    docs: dict[int, dict[str, int]] = {}
+    for cid, tsv in conn.execute(
+        "SELECT c.id, c.tsv::text FROM kb.chunk c JOIN kb.knowledge_base k "
+        "ON k.active_index_id = c.index_id WHERE k.name = %s",
+        (kb,),
+    ).fetchall():
+        docs[cid] = {
+            m[1]: len(m[2].split(",")) if m[2] else 1
+            for m in re.finditer(r"'((?:[^']|'')*)'(?::([\d,A-D]+))?", tsv)
+        }
+    n = len(docs)
+    avgdl = sum(sum(t.values()) for t in docs.values()) / n
+    out: dict[int, float] = {}
+    for cid, tf in docs.items():
+        dl = sum(tf.values())
+        held = [lx for lx in weights if lx in tf]
+        if held:
+            out[cid] = 0.0
+            for lx in held:
+                df = sum(1 for t in docs.values() if lx in t)
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5)) * weights[lx]
+                out[cid] += idf * tf[lx] * (k1 + 1) / (tf[lx] + k1 * (1 - b + b * dl / avgdl))
+    return out
+
+
+def test_the_worker_embeds_the_words_of_kbs_that_expand(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    build(client, conn, provider, "plain", {"method": "full_text"})
+    build(client, conn, provider, "expands", {"method": "full_text", "term_expansion": 4})
+    assert vocabulary(conn, "plain") == {}  # term_expansion 0, the default: nothing built
+    vocab = vocabulary(conn, "expands")
+    in_two = {
+        r[0]
+        for r in conn.execute(
+            "SELECT t.lexeme FROM kb.term_stat t JOIN kb.knowledge_base k "
+            "ON k.id = t.kb_id AND k.active_index_id = t.index_id "
+            "WHERE k.name = 'expands' AND t.df >= 2"
+        ).fetchall()
+    }
+    assert set(vocab) == in_two  # every lexeme in two chunks or more, no other
+    assert vocab["directori"] == "directories"  # the commonest spelling, not the stem
+    for lexeme, word in vocab.items():
+        if word is not None:
+            (stems,) = conn.execute("SELECT to_tsvector('english', %s)::text", (word,)).fetchone()
+            assert stems.startswith(f"'{lexeme}'"), (lexeme, word)
+    # A document added later: the worker embeds the words it brings into two chunks.
+    client.add_text("expands", "more", "Hosts exchange packets; packets carry a socket's data.")
+    run_worker(conn.info.dsn)
+    assert vocabulary(conn, "expands")["packet"] == "packets"
+    state = conn.execute(
+        "SELECT s.seen, s.error FROM kb.term_vector_state s JOIN kb.knowledge_base k "
+        "ON k.id = s.kb_id AND k.active_index_id = s.index_id WHERE k.name = 'expands'"
+    ).fetchone()
+    assert state[1] is None and state[0].startswith("6/")
+
+
+@pytest.mark.parametrize("cache_mb", [256, 0])
+def test_expanded_full_text_is_bm25_with_the_added_words_weighted(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider, cache_mb: int
+) -> None:
+    """The words nearest the query's embedding (not the query's own), the nearest at
+    term_expansion_weight and the others by their similarity over the nearest's, scored
+    as BM25 scores the query's words: in memory and in SQL alike."""
+    build(client, conn, provider, "kbx", {"method": "full_text", "term_expansion": 4})
+    query = "where do files live"
+    client.conn.execute(f"SET kb.bm25_cache_mb = {cache_mb}")
+    rows = client.conn.execute(
+        "SELECT chunk_id, score, usage FROM kb.search('kbx', %s, top_k => 100)", (query,)
+    ).fetchall()
+    words = rows[0][2]["term_expansion"]["words"]
+    assert 1 <= len(words) <= 4
+    (lexemes,) = conn.execute(
+        "SELECT kb._config_lexemes(i.indexing_config, %s) FROM kb.knowledge_base k "
+        "JOIN kb.kb_index i ON i.id = k.active_index_id WHERE k.name = 'kbx'",
+        (query,),
+    ).fetchone()
+    own = set(lexemes)
+    (terms,) = client.conn.execute(
+        "SELECT e.terms FROM kb.knowledge_base k JOIN kb.kb_index i ON i.id = k.active_index_id, "
+        "kb._expansion_terms(k.id, i.id, %s, kb.embed_query('kbx', %s), 4, 0.3, "
+        "i.indexing_config) e WHERE k.name = 'kbx'",
+        (query, query),
+    ).fetchone()  # fmt: skip
+    assert not own & terms.keys() and len(terms) == len(words)
+    assert max(terms.values()) == pytest.approx(0.3)
+    assert all(0 < w <= 0.3 for w in terms.values())
+    expected = weighted_bm25(conn, "kbx", {**dict.fromkeys(own, 1.0), **terms}, k1=1.5)
+    got = {cid: score for cid, score, _ in rows}
+    assert got.keys() == expected.keys()
+    for cid, score in expected.items():
+        assert got[cid] == pytest.approx(score, abs=1e-6)
+    # Off for one call: the query's own words only, and no usage entry.
+    plain = client.conn.execute(
+        "SELECT chunk_id, score, usage FROM kb.search('kbx', %s, top_k => 100, "
+        "term_expansion => 0)",
+        (query,),
+    ).fetchall()
+    assert {c: s for c, s, _ in plain} == pytest.approx(
+        weighted_bm25(conn, "kbx", dict.fromkeys(own, 1.0), k1=1.5)
+    )
+    assert all("term_expansion" not in u for _, _, u in plain)
+
+
+def test_a_kb_without_vectors_searches_its_own_words_and_says_so(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    build(client, conn, provider, "later", {"method": "full_text"})
+    query = "where do files live"
+    rows = client.conn.execute(
+        "SELECT chunk_id, note, usage FROM kb.search('later', %s, term_expansion => 4)", (query,)
+    ).fetchall()
+    assert rows and "no vectors yet" in rows[0][1] and "term_expansion" not in rows[0][2]
+    assert [c for c, _, _ in rows] == [
+        c for (c,) in client.conn.execute(
+            "SELECT chunk_id FROM kb.search('later', %s, method => 'full_text')", (query,)
+        )
+    ]  # fmt: skip
+    # Named, a KB's words are embedded whatever its term_expansion; once is enough.
+    refresh = "SELECT added, error FROM kb.refresh_term_vectors('later')"
+    (added, error), = client.conn.execute(refresh).fetchall()  # fmt: skip
+    assert error is None and added > 0
+    assert client.conn.execute(refresh).fetchall() == []
+    rows = client.conn.execute(
+        "SELECT note, usage FROM kb.search('later', %s, term_expansion => 4)", (query,)
+    ).fetchall()
+    assert rows[0][0] is None and rows[0][1]["term_expansion"]["words"]
+    assert json.dumps(rows[0][1])  # usage stays JSON
