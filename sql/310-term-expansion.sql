@@ -31,6 +31,9 @@ DECLARE
   v_seen text;
   v_r    record;
 BEGIN
+  IF refresh_term_vectors.kb IS NOT NULL THEN
+    PERFORM kb._get_kb(refresh_term_vectors.kb);  -- no such KB: an error that names it
+  END IF;
   -- The generations (building or serving) whose chunks changed since their last refresh
   -- (chunk count and total length): of the KB named, or of every KB whose retrieval_config
   -- expands full_text queries (term_expansion above 0).

@@ -169,6 +169,8 @@ def test_a_kb_without_vectors_searches_its_own_words_and_says_so(
     (added, error), = client.conn.execute(refresh).fetchall()  # fmt: skip
     assert error is None and added > 0
     assert client.conn.execute(refresh).fetchall() == []
+    with pytest.raises(psycopg.Error, match="no-such-kb"):
+        client.conn.execute("SELECT * FROM kb.refresh_term_vectors('no-such-kb')")
     rows = client.conn.execute(
         "SELECT note, usage FROM kb.search('later', %s, term_expansion => 4)", (query,)
     ).fetchall()
