@@ -333,6 +333,13 @@ CASES = [
         'document "nope" does not exist in knowledge base "docs"',
     ),
     Case(
+        "refresh_term_vectors",
+        "SELECT * FROM kb.refresh_term_vectors('nope')",
+        "P0002",
+        NO_KB,
+        hint=LIST_HINT,
+    ),
+    Case(
         "drop_knowledge_base",
         "SELECT kb.drop_knowledge_base('nope')",
         "P0002",
