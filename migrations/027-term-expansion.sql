@@ -22,7 +22,6 @@ CREATE TABLE kb.term_vector_state (
     index_id   bigint NOT NULL,
     kb_id      integer NOT NULL,
     seen       text NOT NULL,
-    words      integer NOT NULL DEFAULT 0,
     refreshed_at timestamptz NOT NULL DEFAULT now(),
     error      text,
     PRIMARY KEY (index_id, kb_id),
@@ -30,7 +29,7 @@ CREATE TABLE kb.term_vector_state (
 );
 COMMENT ON TABLE kb.term_vector_state IS
   'How far kb.refresh_term_vectors got for a generation: its chunk count and total length '
-  'when last refreshed (seen), the words embedded, and the last error.';
+  'when last refreshed (seen), and the last refresh''s error.';
 
 -- Row-level security, policies and privileges: sql/990-privileges.sql, as for every table
 -- an index generation builds (kbpg_db.config.SEARCH_TABLES).

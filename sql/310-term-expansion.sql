@@ -27,9 +27,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
-  v_ix   record;
-  v_seen text;
-  v_r    record;
+  v_ix      record;
+  v_seen    text;
+  v_added   integer;
+  v_removed integer;
+  v_error   text;
 BEGIN
   IF refresh_term_vectors.kb IS NOT NULL THEN
     PERFORM kb._get_kb(refresh_term_vectors.kb);  -- no such KB: an error that names it
@@ -50,32 +52,41 @@ BEGIN
        AND s.seen IS DISTINCT FROM i.n_chunks || '/' || i.total_len
      ORDER BY i.id LOOP
     v_seen := v_ix.n_chunks || '/' || v_ix.total_len;
+    v_error := NULL;
     BEGIN
-      SELECT * INTO v_r FROM kb._py_refresh_term_vectors(v_ix.kb_id, v_ix.id, v_ix.indexing_config);
-      INSERT INTO kb.term_vector_state AS s (index_id, kb_id, seen, words, refreshed_at, error)
-      VALUES (v_ix.id, v_ix.kb_id, v_seen,
-              (SELECT count(*) FROM kb.term_vector v
-                WHERE v.index_id = v_ix.id AND v.kb_id = v_ix.kb_id AND v.embedding IS NOT NULL),
-              now(), NULL)
-      ON CONFLICT ON CONSTRAINT term_vector_state_pkey DO UPDATE
-        SET seen = EXCLUDED.seen, words = EXCLUDED.words, refreshed_at = now(), error = NULL;
-      RETURN QUERY SELECT v_ix.name, v_ix.id, v_r.added, v_r.removed, NULL::text;
+      SELECT r.added, r.removed INTO v_added, v_removed
+        FROM kb._py_refresh_term_vectors(v_ix.kb_id, v_ix.id, v_ix.indexing_config) r;
     EXCEPTION WHEN OTHERS THEN
       -- Recorded, and tried again once the generation's chunks change.
-      INSERT INTO kb.term_vector_state AS s (index_id, kb_id, seen, refreshed_at, error)
-      VALUES (v_ix.id, v_ix.kb_id, v_seen, now(), left(SQLERRM, 2000))
-      ON CONFLICT ON CONSTRAINT term_vector_state_pkey DO UPDATE
-        SET seen = EXCLUDED.seen, refreshed_at = now(), error = EXCLUDED.error;
-      RETURN QUERY SELECT v_ix.name, v_ix.id, NULL::integer, NULL::integer, SQLERRM;
+      v_added := NULL;
+      v_removed := NULL;
+      v_error := SQLERRM;
     END;
+    INSERT INTO kb.term_vector_state AS s (index_id, kb_id, seen, refreshed_at, error)
+    VALUES (v_ix.id, v_ix.kb_id, v_seen, now(), left(v_error, 2000))
+    ON CONFLICT ON CONSTRAINT term_vector_state_pkey DO UPDATE
+      SET seen = EXCLUDED.seen, refreshed_at = now(), error = EXCLUDED.error;
+    RETURN QUERY SELECT v_ix.name, v_ix.id, v_added, v_removed, v_error;
   END LOOP;
 END
 $$;
 COMMENT ON FUNCTION kb.refresh_term_vectors(text) IS
   'Embeds the new words of the generations whose chunks changed since their last refresh, for '
   'full_text''s term expansion: of the KB named, or of every KB whose term_expansion is above '
-  '0 (the worker runs it so when its queue is empty). Returns what each refresh added and removed, or its error (also kept in '
-  'kb.term_vector_state).';
+  '0 (the worker runs it so when its queue is empty). Returns what each refresh added and '
+  'removed, or its error (also kept in kb.term_vector_state).';
+
+CREATE OR REPLACE FUNCTION kb._has_term_vectors(p_kb_id integer, p_index_id bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT EXISTS (SELECT 1 FROM kb.term_vector v
+                  WHERE v.index_id = p_index_id AND v.kb_id = p_kb_id
+                    AND v.embedding IS NOT NULL)
+$$;
+COMMENT ON FUNCTION kb._has_term_vectors(integer, bigint) IS
+  'Internal: whether a generation''s words have vectors (term expansion can run).';
 
 CREATE OR REPLACE FUNCTION kb._expansion_terms(p_kb_id integer, p_index_id bigint, p_query text,
     p_embedding real[], p_count integer, p_weight double precision, p_indexing_config jsonb,

@@ -233,9 +233,7 @@ BEGIN
      AND v_kb.retrieval_config->>'rerank_model' IS DISTINCT FROM 'llm'
      AND (coalesce((v_kb.retrieval_config->>'term_expansion')::integer,
                    /*@term_expansion*/0/*@*/) = 0
-          OR NOT EXISTS (SELECT 1 FROM kb.term_vector tv
-                          WHERE tv.index_id = v_ix.id AND tv.kb_id = v_ix.kb_id
-                            AND tv.embedding IS NOT NULL)) THEN
+          OR NOT kb._has_term_vectors(p_kb_id, v_ix.id)) THEN
     -- The stored config was validated when written, and full_text without term expansion
     -- (none asked for, or no vocabulary vectors yet) embeds nothing: this path runs no
     -- PL/Python at all (rerank_model "llm" is resolved to the index generation's chat
@@ -272,19 +270,20 @@ BEGIN
   -- The rows fusion hands on: the top_k, or the reranker's candidates.
   v_lim := CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END;
   -- full_text: the indexed words nearest the query's embedding join BM25's query
-  -- (term_expansion), and usage names them.
-  IF v_method = 'full_text' AND v_prep.embedding IS NOT NULL THEN
-    SELECT e.terms, e.words INTO v_xterms, v_xwords
-      FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding,
-                               (v_cfg->>'term_expansion')::integer,
-                               (v_cfg->>'term_expansion_weight')::double precision,
-                               v_ix.indexing_config) e;
+  -- (term_expansion), and usage names them; where the words have no vectors yet (the
+  -- stored config's path above embeds nothing then), the note says so.
+  IF v_method = 'full_text' AND (v_cfg->>'term_expansion')::integer > 0 THEN
+    IF v_prep.embedding IS NOT NULL THEN
+      SELECT e.terms, e.words INTO v_xterms, v_xwords
+        FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding,
+                                 (v_cfg->>'term_expansion')::integer,
+                                 (v_cfg->>'term_expansion_weight')::double precision,
+                                 v_ix.indexing_config) e;
+    END IF;
     IF v_xwords IS NOT NULL THEN
       v_prep.usage := coalesce(v_prep.usage, '{}')
                       || jsonb_build_object('term_expansion', jsonb_build_object('words', v_xwords));
-    ELSIF NOT EXISTS (SELECT 1 FROM kb.term_vector tv
-                       WHERE tv.index_id = v_ix.id AND tv.kb_id = v_ix.kb_id
-                         AND tv.embedding IS NOT NULL) THEN
+    ELSIF NOT kb._has_term_vectors(p_kb_id, v_ix.id) THEN
       v_prep.note := concat_ws('; ', v_prep.note,
         'term expansion: this knowledge base''s words have no vectors yet '
         '(the worker embeds them when its queue is empty; kb.refresh_term_vectors(kb) at once)');

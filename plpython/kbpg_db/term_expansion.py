@@ -103,15 +103,16 @@ def refresh(plpy: Any, kb_id: int, index_id: int, indexing_config: Any) -> dict[
     }
     if not missing:
         return {"added": 0, "removed": removed}
-    (held,) = plpy.execute(
+    (first,) = plpy.execute(
         plpy.prepare(
-            "SELECT count(*) AS n FROM kb.term_vector WHERE index_id = $1 AND kb_id = $2",
+            "SELECT NOT EXISTS (SELECT 1 FROM kb.term_vector "
+            "WHERE index_id = $1 AND kb_id = $2) AS every",
             ["bigint", "integer"],
         ),
         [index_id, kb_id],
     )
     raw = indexing_config if isinstance(indexing_config, str) else json.dumps(indexing_config)
-    best = spellings(plpy, index_id, kb_id, missing, held["n"] == 0, raw)
+    best = spellings(plpy, index_id, kb_id, missing, first["every"], raw)
     insert = plpy.prepare(INSERT, ["bigint", "integer", "text[]", "text[]", "text[]"])
     # A lexeme no word stems to alone (a number, a part of an identifier) is kept without
     # a vector, so that later refreshes do not look for it again.

@@ -164,6 +164,13 @@ def test_a_kb_without_vectors_searches_its_own_words_and_says_so(
             "SELECT chunk_id FROM kb.search('later', %s, method => 'full_text')", (query,)
         )
     ]  # fmt: skip
+    # The same with term_expansion in the KB's own config (its path embeds nothing).
+    client.conn.execute(
+        'SELECT kb.set_retrieval_config(\'later\', \'{"method": "full_text", '
+        '"term_expansion": 4}\')'
+    )
+    (note,) = client.conn.execute("SELECT note FROM kb.search('later', %s)", (query,)).fetchone()
+    assert "no vectors yet" in note
     # Named, a KB's words are embedded whatever its term_expansion; once is enough.
     refresh = "SELECT added, error FROM kb.refresh_term_vectors('later')"
     (added, error), = client.conn.execute(refresh).fetchall()  # fmt: skip
