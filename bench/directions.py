@@ -7,10 +7,14 @@ and full_text, top 100, the fusion depth) and the KB's BM25 postings are read on
 ``kb.search`` gives it to the question) and is scored as ``kb.score_query`` scores a
 documentation question (Success@1, Success@5, MRR@10, nDCG@10) and ``kbpg evaluate`` a
 SciFact one (nDCG@10, documents ranked by their best chunk). The ``defaults`` row replays
-``kb.search`` itself: its figures are those of the docs and quality groups, and
-``bm25_replay`` is the share of questions whose full_text top 10 here is the SQL's, chunk
-for chunk. BM25 scores with kb.search's default k1 for each: 1.5 for full_text, 1.2 in the
-hybrid's list, unless a direction sets it.
+``kb.search`` itself, full_text's term expansion included (the KB's words nearest the
+question's embedding, read from ``kb.term_vector``): its figures are those of the docs and
+quality groups. ``bm25_replay`` is the share of questions whose BM25 top 10 of the
+question's own words (term_expansion 0) here is the SQL's, chunk for chunk, and
+``full_text_replay`` the same for full_text as the KB's defaults run it. The BM25
+directions change the question's own words' scores: their full_text compares with the row
+"full_text of the query's own words". BM25 scores with kb.search's default k1 for each:
+1.5 for full_text, 1.2 in the hybrid's list, unless a direction sets it.
 
 A direction becomes a default only where it wins on all four sets; docs/performance.md
 says what each gives.
@@ -46,6 +50,7 @@ class Question:
     terms: list[int] = field(default_factory=list)  # its lexemes the index holds
     vector: list[tuple[int, float]] = field(default_factory=list)
     full_text: list[tuple[int, float]] = field(default_factory=list)  # the SQL's BM25 list
+    full_text_default: list[tuple[int, float]] = field(default_factory=list)  # expanded, if on
     vector_weight: float = 0.5  # kb.search's, plain_query_shift included
     pairs: list[tuple[int, int]] = field(default_factory=list)  # neighbouring query words
     counts: dict[int, int] = field(default_factory=dict)  # how often each term is in it
@@ -245,12 +250,18 @@ class Replay:
             q.pairs = sorted(
                 {(a, b) for (i, a), (j, b) in itertools.pairwise(seq) if a != b and j - i <= 3}
             )
-            for method in ("vector", "full_text"):
+            # full_text of the query's own words (term_expansion 0: what BM25's replay
+            # checks), and full_text as the KB's defaults run it (what term expansion's does).
+            for attr, opts in (
+                ("vector", {"method": "vector"}),
+                ("full_text", {"method": "full_text", "term_expansion": 0}),
+                ("full_text_default", {"method": "full_text"}),
+            ):
                 rows = conn.execute(
                     "SELECT chunk_id, score FROM kb.search(%s, %s, options => %s::jsonb)",
-                    (kb, q.text, json.dumps({"method": method, "top_k": DEPTH})),
+                    (kb, q.text, json.dumps({**opts, "top_k": DEPTH})),
                 ).fetchall()
-                setattr(q, method, [(int(c), float(s)) for c, s in rows])
+                setattr(q, attr, [(int(c), float(s)) for c, s in rows])
             used = conn.execute(
                 "SELECT usage->'fusion'->>'vector_weight' FROM kb.search(%s, %s, options => "
                 "%s::jsonb) LIMIT 1",
@@ -272,6 +283,30 @@ class Replay:
         for q in questions:
             vec = conn.execute("SELECT kb.embed_query(%s, %s)", (kb, q.text)).fetchone()
             q.embedding = np.array(vec[0]) / max(float(np.linalg.norm(vec[0])), 1e-12)
+        # Term expansion's vocabulary (kb.term_vector), built where it is not yet: each
+        # word's lexeme (an index into self.lexemes) and unit vector.
+        conn.execute("SELECT * FROM kb.refresh_term_vectors(%s)", (kb,)).fetchall()
+        vocabulary: list[tuple[int, list[float]]] = [
+            (index[lex], vec)
+            for lex, vec in conn.execute(
+                "SELECT lexeme, embedding::real[] FROM kb.term_vector "
+                "WHERE index_id = %s AND kb_id = %s AND embedding IS NOT NULL ORDER BY lexeme",
+                (ix, kb_id),
+            ).fetchall()
+            if lex in index
+        ]
+        self.word_terms = np.array([t for t, _ in vocabulary], dtype=np.int64)
+        self.word_vectors = np.array([v for _, v in vocabulary], dtype=np.float64).reshape(
+            len(vocabulary), -1
+        )
+        self.word_vectors /= np.maximum(np.linalg.norm(self.word_vectors, axis=1), 1e-12)[:, None]
+        (expands,) = conn.execute(
+            "SELECT kb._term_expansion(k.retrieval_config, i.indexing_config) "
+            "FROM kb.knowledge_base k JOIN kb.kb_index i ON i.id = k.active_index_id "
+            "WHERE k.name = %s",
+            (kb,),
+        ).fetchone()
+        self.term_expansion = int(expands)
         self.calibration = self._calibrate(conn, kb, ix)
         self.sections = self._section_vectors(conn, kb, kb_id, ix)
         self.synonyms = wordnet_synonyms(conn, cfg, index) if WORDNET.is_dir() else None
@@ -620,6 +655,40 @@ def compounds_once(r: Replay, q: Question, k1: float) -> np.ndarray:
     return r.bm25(dict.fromkeys(keep, 1.0), k1)
 
 
+def expansion(r: Replay, q: Question, count: int, weight: float) -> dict[int, float]:
+    """kb._expansion_terms: the ``count`` words nearest the question's embedding that are
+    not its own terms, the nearest at ``weight`` and the others by similarity over the
+    nearest's, each rarer than the question's terms on average scaled down to their mean
+    idf (exact cosine here; the SQL reads an HNSW index)."""
+    if not count or not len(r.word_terms) or q.embedding is None:
+        return {}
+    sim = r.word_vectors @ q.embedding
+    own = set(q.terms)
+    cap = float(np.mean(r.idf[q.terms])) if q.terms else math.inf
+    out: dict[int, float] = {}
+    top = None
+    for j in np.argsort(-sim, kind="stable"):
+        t = int(r.word_terms[j])
+        if t in own:
+            continue
+        top = top if top is not None else float(sim[j])
+        w = weight * float(sim[j]) / top * min(1.0, cap / float(r.idf[t])) if top > 0 else 0.0
+        if w > 0:
+            out[t] = w
+        count -= 1
+        if not count:
+            break
+    return out
+
+
+def expanded(r: Replay, q: Question, k1: float, count: int | None = None) -> np.ndarray:
+    """BM25 of the question's terms and its expansion's (term_expansion, 16 words at
+    term_expansion_weight by default)."""
+    count = config.TERM_EXPANSION if count is None else count
+    weight = float(_DEFAULTS["term_expansion_weight"].default)
+    return r.bm25({**dict.fromkeys(q.terms, 1.0), **expansion(r, q, count, weight)}, k1)
+
+
 @dataclass(frozen=True)
 class Direction:
     """A change to the defaults: the question's BM25 scores (given the default k1 of the
@@ -634,6 +703,8 @@ class Direction:
     weight: Callable[[Replay, Question], float] | None = None  # the question's vector weight
     section_vector: float = 0.0  # the vector list rescored: cosine + this x section cosine
     needs_wordnet: bool = False  # left out where WordNet is not installed
+    # full_text's scores where they are not ``bm25``'s (the defaults: term expansion)
+    full_text: Callable[[Replay, Question, float], np.ndarray] | None = None
 
 
 _DEFAULTS = config.RetrievalConfig.model_fields
@@ -734,7 +805,15 @@ def with_synonyms(r: Replay, q: Question, k1: float, share: float) -> np.ndarray
 
 
 DIRECTIONS = [
-    Direction("defaults"),
+    # kb.search's defaults: full_text expands where the KB does (a local model), hybrid's
+    # BM25 list never does.
+    Direction("defaults", full_text=lambda r, q, k1: expanded(r, q, k1, r.term_expansion)),
+    # The baseline of the BM25 directions below, whose full_text is the query's words.
+    Direction("full_text of the query's own words (term_expansion 0)"),
+    Direction(
+        "term expansion in hybrid's BM25 list too (16 words at 0.3)",
+        lambda r, q, k1: expanded(r, q, k1, config.TERM_EXPANSION),
+    ),
     Direction("fusion depth 50", depth=50),
     Direction("min-max fusion", fusion="minmax"),
     Direction("BM25 z-scores capped at 2.5", fusion="zcap"),
@@ -847,10 +926,16 @@ def replay_set(replay: Replay) -> dict[str, Any]:
         if d.needs_wordnet and replay.synonyms is None:
             continue
         text_rows, vector_rows, hybrid_rows = [], [], []
-        same = 0
+        same = same_expanded = 0
         for q in replay.questions:
-            text = replay.top(d.bm25(replay, q, config.BM25_K1_FULL_TEXT))
-            same += [c for c, _ in text[:10]] == [c for c, _ in q.full_text[:10]]
+            text = replay.top((d.full_text or d.bm25)(replay, q, config.BM25_K1_FULL_TEXT))
+            if d.label == "defaults":
+                # The replay's BM25 and expansion against the SQL's lists, top 10 each.
+                mine = replay.top(plain(replay, q, config.BM25_K1_FULL_TEXT))
+                same += [c for c, _ in mine[:10]] == [c for c, _ in q.full_text[:10]]
+                same_expanded += [c for c, _ in text[:10]] == [
+                    c for c, _ in q.full_text_default[:10]
+                ]
             channel = replay.top(d.bm25(replay, q, config.BM25_K1))
             if d.proximity:
                 text = replay.proximity(q, text, *d.proximity)
@@ -882,6 +967,7 @@ def replay_set(replay: Replay) -> dict[str, Any]:
             out[d.label]["vector"] = mean(vector_rows)
         if d.label == "defaults":
             out["bm25_replay"] = round(same / len(replay.questions), 3)
+            out["full_text_replay"] = round(same_expanded / len(replay.questions), 3)
     return out
 
 

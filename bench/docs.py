@@ -28,8 +28,11 @@ DOCS_SETS = {
 # Retrieval settings scored on the documentation sets: the channels alone, then fusion.
 DOCS_RUNS: list[tuple[str, dict[str, Any]]] = [
     ("vector", {"method": "vector"}),
-    ("full_text", {"method": "full_text"}),
-    ("full_text term_expansion 16", {"method": "full_text", "term_expansion": 16}),
+    ("full_text (defaults: term_expansion 16)", {"method": "full_text"}),
+    (
+        "full_text term_expansion 0 (the query's words only)",
+        {"method": "full_text", "term_expansion": 0},
+    ),
     ("hybrid (defaults: zscore, vector_weight 0.5, plain_query_shift 0.2)", {}),
     ("hybrid plain_query_shift 0", {"plain_query_shift": 0}),
     ("hybrid zscore vector_weight 0.3", {"vector_weight": 0.3, "plain_query_shift": 0}),
@@ -99,7 +102,7 @@ def ensure_docs_kb(dsn: str, name: str) -> dict[str, Any]:
             (kb,),
         ).fetchone()
         out["chunks"], out["failed_pages"] = int(chunks[0] or 0), int(chunks[1] or 0)
-        # The vocabulary's vectors for the term_expansion run (kept while the KB is).
+        # The vocabulary's vectors for full_text's term expansion (kept while the KB is).
         conn.execute("SELECT * FROM kb.refresh_term_vectors(%s)", (kb,))
         conn.execute(
             "SELECT kb.delete_test_set(%s, 'docs') FROM kb.test_sets(%s) WHERE name = 'docs'",

@@ -124,10 +124,10 @@ $$;
 COMMENT ON FUNCTION kb._require_manage(kb.knowledge_base, text, name) IS
   'Internal: insufficient_privilege unless the role may drop, share or unshare the KB.';
 
--- The HNSW index of an index generation is DDL on kb.embedding, which only its owner may
--- run. It follows the generation's kb.kb_index row: a trigger (SECURITY DEFINER, and a
--- trigger function cannot be called on its own) creates it when the row is inserted and
--- drops it when the row goes, whichever way it goes (kb.drop_knowledge_base, a failed
+-- The HNSW indexes of an index generation are DDL on kb.embedding and kb.term_vector,
+-- which only their owner may run. They follow the generation's kb.kb_index row: a
+-- trigger (SECURITY DEFINER, and a trigger function cannot be called on its own) creates
+-- them when the row is inserted and drops them when the row goes, whichever way it goes (kb.drop_knowledge_base, a failed
 -- reindex, a DELETE FROM kb.knowledge_base). Who may insert or delete that row is the
 -- kb_index policies' call: the KB's writers.
 CREATE OR REPLACE FUNCTION kb._kb_index_hnsw() RETURNS trigger
@@ -139,6 +139,7 @@ DECLARE
 BEGIN
   IF TG_OP = 'DELETE' THEN
     EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || OLD.id);
+    EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'term_vector_hnsw_' || OLD.id);
     RETURN NULL;
   END IF;
   IF NEW.embedding_dim > 4000 THEN
@@ -156,12 +157,19 @@ BEGIN
     'CREATE INDEX IF NOT EXISTS %I ON kb.embedding USING hnsw ((embedding::%s(%s)) %s) '
     'WITH (ef_construction = 256) WHERE index_id = %s',
     'embedding_hnsw_' || NEW.id, v_typ, NEW.embedding_dim, v_typ || '_cosine_ops', NEW.id);
+  -- Term expansion's words (kb.term_vector, a few thousand per generation): pgvector's
+  -- default build settings.
+  EXECUTE format(
+    'CREATE INDEX IF NOT EXISTS %I ON kb.term_vector USING hnsw ((embedding::%s(%s)) %s) '
+    'WHERE index_id = %s',
+    'term_vector_hnsw_' || NEW.id, v_typ, NEW.embedding_dim, v_typ || '_cosine_ops', NEW.id);
   RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION kb._kb_index_hnsw() IS
-  'Internal (trigger on kb.kb_index): creates an index generation''s partial HNSW index with '
-  'its row and drops it with its row (owner DDL; the row''s policies decide who may).';
+  'Internal (trigger on kb.kb_index): creates an index generation''s partial HNSW indexes '
+  '(its chunks'' vectors, its words'' for term expansion) with its row and drops them with its '
+  'row (owner DDL; the row''s policies decide who may).';
 
 -- --- teams -------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION kb._get_team(p_name text) RETURNS kb.team

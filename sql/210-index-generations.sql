@@ -99,6 +99,7 @@ AS $$
 BEGIN
   -- Only the indexing worker gets here (a failed reindex): it owns the tables.
   EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'embedding_hnsw_' || p_index_id);
+  EXECUTE format('DROP INDEX IF EXISTS kb.%I', 'term_vector_hnsw_' || p_index_id);
   -- Every table a generation fills, generated from kbpg_db.config.FEATURES: the
   -- features' tables first (they reference chunks), then BM25, vectors and chunks. A
   -- failed generation's statistics are not kept (kb._chunk_after_delete skips them).
@@ -107,7 +108,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION kb._clear_index(integer, bigint) IS
-  'Internal: removes a failed index generation''s HNSW index, chunks, vectors, BM25 data and '
+  'Internal: removes a failed index generation''s HNSW indexes, chunks, vectors, BM25 data and '
   'strategy tables, keeping its kb_index row and its error.';
 
 CREATE OR REPLACE FUNCTION kb._drop_index(p_kb_id integer, p_index_id bigint) RETURNS void

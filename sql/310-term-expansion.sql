@@ -1,12 +1,30 @@
 -- Term expansion for full_text search (retrieval_config.term_expansion; the vocabulary's
 -- embeddings are built by plpython/kbpg_db/term_expansion.py).
 --
--- A full_text search with term_expansion > 0 (off by default) embeds the query and adds
--- the KB's indexed words nearest to it to BM25's query: the nearest at
--- term_expansion_weight of a query word's weight, the others in proportion to their
--- similarity. A generation whose vocabulary has no vectors yet (the worker embeds it when
--- its queue is empty; kb.refresh_term_vectors(kb) at once) is searched without expansion,
--- and the search's note says so.
+-- A full_text search with term_expansion > 0 (by default where the KB embeds with a
+-- local model) embeds the query and adds the KB's indexed words nearest to it to BM25's
+-- query: the nearest at term_expansion_weight of a query word's weight, the others in
+-- proportion to their similarity, a word rarer than the query's own scaled down. A
+-- generation whose vocabulary has no vectors yet (the worker embeds it when its queue is
+-- empty; kb.refresh_term_vectors(kb) at once) is searched without expansion, and the
+-- search's note says so.
+
+CREATE OR REPLACE FUNCTION kb._term_expansion(p_retrieval_config jsonb,
+                                              p_indexing_config jsonb)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  -- Unset: on where the KB embeds with a local model, off with a provider's (each
+  -- full_text query would call it); kbpg_db.config.term_expansion_default in Python.
+  SELECT coalesce((p_retrieval_config->>'term_expansion')::integer,
+                  CASE WHEN p_indexing_config->>'embedding_model' LIKE 'local/%'
+                       THEN /*@term_expansion*/16/*@*/ ELSE 0 END)
+$$;
+COMMENT ON FUNCTION kb._term_expansion(jsonb, jsonb) IS
+  'Internal: how many words full_text''s term expansion adds for a KB''s stored configs: '
+  'its term_expansion, or where unset the default with a local embedding model and 0 with '
+  'a provider''s.';
 
 CREATE OR REPLACE FUNCTION kb._py_refresh_term_vectors(kb_id integer, index_id bigint,
     indexing_config jsonb, OUT added integer, OUT removed integer)
@@ -37,16 +55,15 @@ BEGIN
     PERFORM kb._get_kb(refresh_term_vectors.kb);  -- no such KB: an error that names it
   END IF;
   -- The generations (building or serving) whose chunks changed since their last refresh
-  -- (chunk count and total length): of the KB named, or of every KB whose retrieval_config
-  -- expands full_text queries (term_expansion above 0).
+  -- (chunk count and total length): of the KB named, or of every KB that expands full_text
+  -- queries (kb._term_expansion above 0).
   FOR v_ix IN
     SELECT k.name, i.id, i.kb_id, i.n_chunks, i.total_len, i.indexing_config
       FROM kb.knowledge_base k
       JOIN kb.kb_index i ON i.kb_id = k.id AND i.status IN ('building', 'active')
       LEFT JOIN kb.term_vector_state s ON s.index_id = i.id AND s.kb_id = i.kb_id
      WHERE (refresh_term_vectors.kb IS NULL
-            AND coalesce((k.retrieval_config->>'term_expansion')::integer,
-                         /*@term_expansion*/0/*@*/) > 0
+            AND kb._term_expansion(k.retrieval_config, i.indexing_config) > 0
             OR k.name = refresh_term_vectors.kb)
        AND i.n_chunks > 0
        AND s.seen IS DISTINCT FROM i.n_chunks || '/' || i.total_len
@@ -72,8 +89,9 @@ END
 $$;
 COMMENT ON FUNCTION kb.refresh_term_vectors(text) IS
   'Embeds the new words of the generations whose chunks changed since their last refresh, for '
-  'full_text''s term expansion: of the KB named, or of every KB whose term_expansion is above '
-  '0 (the worker runs it so when its queue is empty). Returns what each refresh added and '
+  'full_text''s term expansion: of the KB named, or of every KB that expands (term_expansion '
+  'above 0, or unset with a local embedding model; the worker runs it so when its queue is '
+  'empty). Returns what each refresh added and '
   'removed, or its error (also kept in kb.term_vector_state).';
 
 CREATE OR REPLACE FUNCTION kb._has_term_vectors(p_kb_id integer, p_index_id bigint)
@@ -91,34 +109,69 @@ COMMENT ON FUNCTION kb._has_term_vectors(integer, bigint) IS
 CREATE OR REPLACE FUNCTION kb._expansion_terms(p_kb_id integer, p_index_id bigint, p_query text,
     p_embedding real[], p_count integer, p_weight double precision, p_indexing_config jsonb,
     OUT terms jsonb, OUT words text[])
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 -- The p_count indexed words nearest the query's embedding that are not among the query's
--- own lexemes, as {lexeme: weight}: the nearest at p_weight, each other at p_weight times
--- its similarity over the nearest's; and the words, nearest first. An exact scan of the
--- generation's vocabulary (a few thousand words for a manual, 14k for SciFact's abstracts).
+-- own lexemes, as {lexeme: weight}, and the words, nearest first. The nearest weighs
+-- p_weight, each other p_weight times its similarity over the nearest's; and a word rarer
+-- than the query's own words are on average weighs less, by that mean idf over its own,
+-- so that its BM25 idf counts no more than the query's mean word does: an added word in
+-- a handful of chunks ("createindex") would otherwise outweigh what the query names. The
+-- words come from the generation's HNSW index on kb.term_vector (term_vector_hnsw_<id>).
+DECLARE
+  v_own  text[];
+  v_n    double precision;
+  v_dim  integer;
+  v_typ  text;
+  v_cap  double precision;
+  v_old_ef text := current_setting('hnsw.ef_search', true);
 BEGIN
   IF p_embedding IS NULL OR p_count IS NULL OR p_count < 1 OR p_weight IS NULL OR p_weight <= 0 THEN
     RETURN;
   END IF;
-  WITH near AS (
-    SELECT v.lexeme, v.word, 1 - (v.embedding <=> p_embedding::vector) AS sim
-      FROM kb.term_vector v
-     WHERE v.index_id = p_index_id AND v.kb_id = p_kb_id AND v.embedding IS NOT NULL
-       AND v.lexeme <> ALL (kb._config_lexemes(p_indexing_config, p_query))
-     ORDER BY v.embedding <=> p_embedding::vector, v.lexeme
-     LIMIT p_count
-  ), weighted AS (
-    SELECT n.lexeme, n.word, n.sim,
-           p_weight * n.sim / nullif(max(n.sim) OVER (), 0) AS w
-      FROM near n
-  )
-  SELECT jsonb_object_agg(x.lexeme, x.w), array_agg(x.word ORDER BY x.sim DESC, x.lexeme)
-    INTO terms, words
-    FROM weighted x WHERE x.w > 0;
+  SELECT i.n_chunks, i.embedding_dim INTO v_n, v_dim
+    FROM kb.kb_index i WHERE i.id = p_index_id AND i.kb_id = p_kb_id;
+  IF NOT FOUND OR cardinality(p_embedding) <> v_dim THEN
+    RETURN;
+  END IF;
+  v_own := kb._config_lexemes(p_indexing_config, p_query);
+  SELECT avg(kb.bm25_idf(v_n, ts.df)) INTO v_cap
+    FROM kb.term_stat ts
+   WHERE ts.index_id = p_index_id AND ts.kb_id = p_kb_id AND ts.df > 0
+     AND ts.lexeme = ANY (v_own);
+  v_typ := kb._vector_type(v_dim);
+  -- The nearest p_count + (the query's lexemes) words hold p_count that are not its own.
+  PERFORM set_config('hnsw.ef_search', greatest(100, p_count + cardinality(v_own))::text, true);
+  EXECUTE format($q$
+    WITH near AS MATERIALIZED (
+      SELECT v.lexeme, v.word, v.embedding::%1$s(%2$s) <=> $1::%1$s(%2$s) AS dist
+        FROM kb.term_vector v
+       WHERE v.index_id = %3$s AND v.kb_id = %4$s AND v.embedding IS NOT NULL
+       ORDER BY v.embedding::%1$s(%2$s) <=> $1::%1$s(%2$s)
+       LIMIT $2
+    ), kept AS (
+      SELECT n.lexeme, n.word, 1 - n.dist AS sim, kb.bm25_idf($5, ts.df) AS idf
+        FROM near n
+        JOIN kb.term_stat ts ON ts.index_id = %3$s AND ts.kb_id = %4$s AND ts.lexeme = n.lexeme
+       WHERE ts.df > 0 AND n.lexeme <> ALL ($3)
+       ORDER BY n.dist, n.lexeme
+       LIMIT $4
+    ), weighted AS (
+      SELECT k.lexeme, k.word, k.sim,
+             $6 * k.sim / nullif(max(k.sim) OVER (), 0)
+                * CASE WHEN $7 IS NULL OR k.idf <= $7 THEN 1 ELSE $7 / k.idf END AS w
+        FROM kept k
+    )
+    SELECT jsonb_object_agg(x.lexeme, x.w), array_agg(x.word ORDER BY x.sim DESC, x.lexeme)
+      FROM weighted x WHERE x.w > 0$q$,
+    v_typ, v_dim, p_index_id, p_kb_id)
+  INTO terms, words
+  USING p_embedding::vector, p_count + cardinality(v_own), v_own, p_count, v_n, p_weight, v_cap;
+  PERFORM set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
 END
 $$;
 COMMENT ON FUNCTION kb._expansion_terms(integer, bigint, text, real[], integer, double precision, jsonb) IS
   'Internal: full_text''s term expansion, the indexed words nearest the query''s embedding: '
-  'their lexemes and weights ({lexeme: weight}) and the words, nearest first.';
+  'their lexemes and weights ({lexeme: weight}; a word rarer than the query''s words are on '
+  'average weighs less) and the words, nearest first.';

@@ -231,8 +231,7 @@ BEGIN
   v_ix := kb._active_index(v_kb);
   IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text'
      AND v_kb.retrieval_config->>'rerank_model' IS DISTINCT FROM 'llm'
-     AND (coalesce((v_kb.retrieval_config->>'term_expansion')::integer,
-                   /*@term_expansion*/0/*@*/) = 0
+     AND (kb._term_expansion(v_kb.retrieval_config, v_ix.indexing_config) = 0
           OR NOT kb._has_term_vectors(p_kb_id, v_ix.id)) THEN
     -- The stored config was validated when written, and full_text without term expansion
     -- (none asked for, or no vocabulary vectors yet) embeds nothing: this path runs no
@@ -272,11 +271,11 @@ BEGIN
   -- full_text: the indexed words nearest the query's embedding join BM25's query
   -- (term_expansion), and usage names them; where the words have no vectors yet (the
   -- stored config's path above embeds nothing then), the note says so.
-  IF v_method = 'full_text' AND (v_cfg->>'term_expansion')::integer > 0 THEN
+  IF v_method = 'full_text' AND kb._term_expansion(v_cfg, v_ix.indexing_config) > 0 THEN
     IF v_prep.embedding IS NOT NULL THEN
       SELECT e.terms, e.words INTO v_xterms, v_xwords
         FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding,
-                                 (v_cfg->>'term_expansion')::integer,
+                                 kb._term_expansion(v_cfg, v_ix.indexing_config),
                                  (v_cfg->>'term_expansion_weight')::double precision,
                                  v_ix.indexing_config) e;
     END IF;
@@ -546,7 +545,8 @@ COMMENT ON FUNCTION kb.search IS
   'similarity) or full_text (score = BM25). BM25''s k1, unless bm25_k1 sets it, is '
   '/*@bm25_k1_full_text*/1.5/*@*/ for full_text and /*@bm25_k1*/1.2/*@*/ in hybrid''s BM25 list. '
   'full_text adds to BM25''s query the term_expansion indexed words nearest the query''s '
-  'embedding, at most term_expansion_weight of a word''s weight (0 words: plain BM25). '
+  'embedding, at most term_expansion_weight of a word''s weight (0 words: plain BM25; unset: '
+  '/*@term_expansion*/16/*@*/ where the KB embeds with a local model, 0 with a provider''s). '
   'Every retrieval_config field can be overridden by a named parameter or in options; filter '
   'keeps chunks whose document metadata contains it. note says when a channel was unavailable; '
   'usage what the query cost and used (its embedding, rerank, LLM calls; the vector weight '

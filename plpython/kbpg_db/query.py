@@ -31,6 +31,8 @@ def prepare(
         from kbpg_db import reranking
 
         cfg = reranking.with_own_chat_model(cfg, icfg)
+    if cfg.get("term_expansion") is None:
+        cfg["term_expansion"] = config.term_expansion_default(icfg.embedding_model)
     out: dict[str, Any] = {
         "config": json.dumps(cfg),
         "embedding": None,
@@ -38,7 +40,7 @@ def prepare(
         "usage": None,
     }
     if cfg["method"] == "tree_search" or (
-        cfg["method"] == "full_text" and not cfg.get("term_expansion")
+        cfg["method"] == "full_text" and not cfg["term_expansion"]
     ):
         return out
     key = keys.for_model(plpy, icfg.api_key_name, icfg.embedding_model)

@@ -13,6 +13,7 @@ from bench.directions import (
     DIRECTIONS,
     Question,
     Replay,
+    expansion,
     fuse,
     opening_prose,
     plain,
@@ -164,6 +165,9 @@ def test_directions_replay_ranks_as_search_does(
     assert -1 < cal.vector[0] < 1 and cal.vector[1] > 0
     assert cal.bm25[0] > 0 and cal.bm25_first[0] >= cal.bm25[0]
     assert out["bm25_replay"] == 1.0
+    # A provider's model: no expansion by default, so full_text's default is BM25's list;
+    # the replayed expansion itself is tested against the SQL's on a local KB below.
+    assert replay.term_expansion == 0 and out["full_text_replay"] == 1.0
     # One section vector a chunk, unit length.
     assert replay.sections.shape == replay.embeddings.shape
     assert np.allclose(np.linalg.norm(replay.sections, axis=1), 1.0)
@@ -172,6 +176,41 @@ def test_directions_replay_ranks_as_search_does(
         set(out)
     )
     assert out["defaults"]["full_text"]["success@5"] == 1.0  # each question names its answer
+
+
+def test_directions_replay_expands_as_search_does(
+    client: Client, conn: psycopg.Connection, dsn: str
+) -> None:
+    """A KB with a local model expands full_text by default: the replay's added words and
+    weights are kb._expansion_terms's, and its full_text top 10 is kb.search's."""
+    client.create_knowledge_base("replay-local", {}, {})
+    corpus = {
+        "cats": "Cats are small felines. A cat sleeps most of the day and hunts mice.",
+        "mice": "Mice are small rodents. Field mice eat seeds; cats hunt mice at night.",
+        "tea": "Green tea is brewed at 80 degrees. Black tea takes boiling water.",
+        "coffee": "Espresso is coffee brewed under pressure. Coffee beans are roasted seeds.",
+        "bread": "Bread dough rises with yeast. Sourdough bread uses a starter and water.",
+    }
+    for title, text in corpus.items():
+        client.add_text("replay-local", title, text)
+    run_worker(dsn)
+    asked = [("a pet that chases rodents", "cats"), ("hot drink from leaves", "tea")]
+    questions = [Question(text, [title], {}) for text, title in asked]
+    with psycopg.connect(dsn, autocommit=True) as c:
+        replay = Replay(c, "replay-local", questions, beir=False)
+        assert replay.term_expansion == config.TERM_EXPANSION and len(replay.word_terms) > 2
+        for q in questions:
+            (terms,) = c.execute(
+                "SELECT e.terms FROM kb.knowledge_base k "
+                "JOIN kb.kb_index i ON i.id = k.active_index_id, "
+                "kb._expansion_terms(k.id, i.id, %s, kb.embed_query(k.name, %s), 16, 0.3, "
+                "i.indexing_config) e WHERE k.name = 'replay-local'",
+                (q.text, q.text),
+            ).fetchone()
+            mine = {replay.lexemes[t]: w for t, w in expansion(replay, q, 16, 0.3).items()}
+            assert terms and mine == pytest.approx(terms)
+        out = replay_set(replay)
+    assert out["bm25_replay"] == 1.0 and out["full_text_replay"] == 1.0
 
 
 def test_opening_prose_is_a_sections_first_paragraph_of_prose() -> None:

@@ -76,7 +76,7 @@ def test_the_worker_embeds_the_words_of_kbs_that_expand(
 ) -> None:
     build(client, conn, provider, "plain", {"method": "full_text"})
     build(client, conn, provider, "expands", {"method": "full_text", "term_expansion": 4})
-    assert vocabulary(conn, "plain") == {}  # term_expansion 0, the default: nothing built
+    assert vocabulary(conn, "plain") == {}  # unset with a provider's model: off, nothing built
     vocab = vocabulary(conn, "expands")
     in_two = {
         r[0]
@@ -103,41 +103,86 @@ def test_the_worker_embeds_the_words_of_kbs_that_expand(
     assert state[1] is None and state[0].startswith("6/")
 
 
+def expected_terms(conn: psycopg.Connection, kb: str, query: str, embedding: list[float],
+                   count: int, weight: float) -> dict[str, float]:  # fmt: skip
+    """The expansion worked out here: the ``count`` words nearest the query's embedding
+    (exact cosine) that are not its own lexemes, the nearest at ``weight`` and the others
+    by similarity over the nearest's; a word whose idf is above the mean idf of the
+    query's own indexed words scaled down by that mean over its idf."""
+    n, lexemes = conn.execute(
+        "SELECT i.n_chunks, kb._config_lexemes(i.indexing_config, %s) FROM kb.knowledge_base k "
+        "JOIN kb.kb_index i ON i.id = k.active_index_id WHERE k.name = %s",
+        (query, kb),
+    ).fetchone()
+    df = dict(
+        conn.execute(
+            "SELECT t.lexeme, t.df FROM kb.term_stat t JOIN kb.knowledge_base k "
+            "ON k.id = t.kb_id AND k.active_index_id = t.index_id WHERE k.name = %s AND t.df > 0",
+            (kb,),
+        ).fetchall()
+    )
+
+    def idf(lx: str) -> float:
+        return math.log(1 + (n - df[lx] + 0.5) / (df[lx] + 0.5))
+
+    near = conn.execute(
+        "SELECT v.lexeme, 1 - (v.embedding <=> %s::real[]::vector) AS sim "
+        "FROM kb.term_vector v JOIN kb.knowledge_base k "
+        "ON k.id = v.kb_id AND k.active_index_id = v.index_id "
+        "WHERE k.name = %s AND v.embedding IS NOT NULL AND v.lexeme <> ALL (%s) "
+        "ORDER BY sim DESC, v.lexeme LIMIT %s",
+        (embedding, kb, lexemes, count),
+    ).fetchall()
+    own = [idf(lx) for lx in lexemes if lx in df]
+    cap = sum(own) / len(own) if own else math.inf
+    top = near[0][1]
+    weights = {lx: weight * sim / top * min(1.0, cap / idf(lx)) for lx, sim in near}
+    return {lx: w for lx, w in weights.items() if w > 0}
+
+
 @pytest.mark.parametrize("cache_mb", [256, 0])
 def test_expanded_full_text_is_bm25_with_the_added_words_weighted(
     client: Client, conn: psycopg.Connection, provider: FakeProvider, cache_mb: int
 ) -> None:
     """The words nearest the query's embedding (not the query's own), the nearest at
-    term_expansion_weight and the others by their similarity over the nearest's, scored
-    as BM25 scores the query's words: in memory and in SQL alike."""
+    term_expansion_weight and the others by their similarity over the nearest's, a word
+    rarer than the query's words on average weighing less; scored as BM25 scores the
+    query's words: in memory and in SQL alike."""
     build(client, conn, provider, "kbx", {"method": "full_text", "term_expansion": 4})
-    query = "where do files live"
     client.conn.execute(f"SET kb.bm25_cache_mb = {cache_mb}")
-    rows = client.conn.execute(
-        "SELECT chunk_id, score, usage FROM kb.search('kbx', %s, top_k => 100)", (query,)
-    ).fetchall()
-    words = rows[0][2]["term_expansion"]["words"]
-    assert 1 <= len(words) <= 4
-    (lexemes,) = conn.execute(
-        "SELECT kb._config_lexemes(i.indexing_config, %s) FROM kb.knowledge_base k "
-        "JOIN kb.kb_index i ON i.id = k.active_index_id WHERE k.name = 'kbx'",
-        (query,),
-    ).fetchone()
-    own = set(lexemes)
-    (terms,) = client.conn.execute(
-        "SELECT e.terms FROM kb.knowledge_base k JOIN kb.kb_index i ON i.id = k.active_index_id, "
-        "kb._expansion_terms(k.id, i.id, %s, kb.embed_query('kbx', %s), 4, 0.3, "
-        "i.indexing_config) e WHERE k.name = 'kbx'",
-        (query, query),
-    ).fetchone()  # fmt: skip
-    assert not own & terms.keys() and len(terms) == len(words)
-    assert max(terms.values()) == pytest.approx(0.3)
-    assert all(0 < w <= 0.3 for w in terms.values())
-    expected = weighted_bm25(conn, "kbx", {**dict.fromkeys(own, 1.0), **terms}, k1=1.5)
-    got = {cid: score for cid, score, _ in rows}
-    assert got.keys() == expected.keys()
-    for cid, score in expected.items():
-        assert got[cid] == pytest.approx(score, abs=1e-6)
+    capped = 0
+    # "files directories": words the KB holds often, so a word in two chunks is rarer
+    # than they are on average and weighs less.
+    for query in ("where do files live", "files and directories"):
+        rows = client.conn.execute(
+            "SELECT chunk_id, score, usage FROM kb.search('kbx', %s, top_k => 100)", (query,)
+        ).fetchall()
+        words = rows[0][2]["term_expansion"]["words"]
+        assert 1 <= len(words) <= 4
+        (lexemes,) = conn.execute(
+            "SELECT kb._config_lexemes(i.indexing_config, %s) FROM kb.knowledge_base k "
+            "JOIN kb.kb_index i ON i.id = k.active_index_id WHERE k.name = 'kbx'",
+            (query,),
+        ).fetchone()
+        own = set(lexemes)
+        (terms,) = client.conn.execute(
+            "SELECT e.terms FROM kb.knowledge_base k JOIN kb.kb_index i ON i.id = k.active_index_id, "
+            "kb._expansion_terms(k.id, i.id, %s, kb.embed_query('kbx', %s), 4, 0.3, "
+            "i.indexing_config) e WHERE k.name = 'kbx'",
+            (query, query),
+        ).fetchone()  # fmt: skip
+        assert not own & terms.keys() and len(terms) == len(words)
+        (embedding,) = client.conn.execute("SELECT kb.embed_query('kbx', %s)", (query,)).fetchone()
+        want = expected_terms(conn, "kbx", query, embedding, 4, 0.3)
+        assert terms == pytest.approx(want)
+        assert all(0 < w <= 0.3 for w in terms.values())
+        capped += sum(w < 0.3 - 1e-9 and terms[lx] == pytest.approx(w) for lx, w in want.items())
+        expected = weighted_bm25(conn, "kbx", {**dict.fromkeys(own, 1.0), **terms}, k1=1.5)
+        got = {cid: score for cid, score, _ in rows}
+        assert got.keys() == expected.keys()
+        for cid, score in expected.items():
+            assert got[cid] == pytest.approx(score, abs=1e-6)
+    assert capped  # the rule is exercised, not only its no-op side
     # Off for one call: the query's own words only, and no usage entry.
     plain = client.conn.execute(
         "SELECT chunk_id, score, usage FROM kb.search('kbx', %s, top_k => 100, "
@@ -148,6 +193,37 @@ def test_expanded_full_text_is_bm25_with_the_added_words_weighted(
         weighted_bm25(conn, "kbx", dict.fromkeys(own, 1.0), k1=1.5)
     )
     assert all("term_expansion" not in u for _, _, u in plain)
+
+
+def test_by_default_a_local_model_expands_and_a_providers_does_not(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """term_expansion unset: 16 words where the KB embeds with a local model (the worker
+    builds its vocabulary, full_text adds words), none with a provider's (no vocabulary,
+    and a full_text query calls no provider)."""
+    client.create_knowledge_base("local", {}, {"method": "full_text"})
+    for title, text in CORPUS.items():
+        client.add_text("local", title, text)
+    build(client, conn, provider, "remote", {"method": "full_text"})  # the worker runs for both
+    (stored,) = conn.execute(
+        "SELECT retrieval_config->'term_expansion' FROM kb.knowledge_base WHERE name = 'local'"
+    ).fetchone()
+    assert stored is None  # unset: the rule, not a number, is what the KB keeps
+    assert vocabulary(conn, "local") and vocabulary(conn, "remote") == {}
+    query = "where do files live"
+    (usage,) = client.conn.execute("SELECT usage FROM kb.search('local', %s)", (query,)).fetchone()
+    assert 1 <= len(usage["term_expansion"]["words"]) <= 16 and "embedding" in usage
+    calls = provider.embedding_calls
+    rows = client.conn.execute(
+        "SELECT note, usage FROM kb.search('remote', %s)", (query,)
+    ).fetchall()
+    assert rows and provider.embedding_calls == calls
+    assert all(note is None and "term_expansion" not in u for note, u in rows)
+    # 0 turns it off for a local model: plain BM25, the query not embedded.
+    (usage,) = client.conn.execute(
+        "SELECT usage FROM kb.search('local', %s, term_expansion => 0)", (query,)
+    ).fetchone()
+    assert "term_expansion" not in (usage or {}) and "embedding" not in (usage or {})
 
 
 def test_a_kb_without_vectors_searches_its_own_words_and_says_so(

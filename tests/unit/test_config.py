@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from kbpg_db import config
 from kbpg_db.config import (
     STRATEGIES,
     ConfigError,
@@ -23,6 +24,13 @@ def test_defaults() -> None:
     assert IndexingConfig().dimensions == 384
     r = validate("retrieval_config", None)
     assert (r["method"], r["top_k"], r["vector_weight"], r["rrf_k"]) == ("hybrid", 10, 0.5, 60.0)
+    # term_expansion unset: by the embedding model (the reference table says the number).
+    assert r["term_expansion"] is None
+    assert config.term_expansion_default(config.LOCAL_MODEL) == config.TERM_EXPANSION > 0
+    assert config.term_expansion_default(config.MULTILINGUAL_MODEL) == config.TERM_EXPANSION
+    assert config.term_expansion_default("openai/text-embedding-3-small") == 0
+    described = config.RetrievalConfig.model_fields["term_expansion"].description or ""
+    assert f"unset: {config.TERM_EXPANSION} with a local embedding model" in described
 
 
 @pytest.mark.parametrize(
