@@ -814,6 +814,10 @@ DIRECTIONS = [
         "term expansion in hybrid's BM25 list too (16 words at 0.3)",
         lambda r, q, k1: expanded(r, q, k1, config.TERM_EXPANSION),
     ),
+    Direction(
+        "term expansion in hybrid's BM25 list for a question with an exact cue only",
+        lambda r, q, k1: expanded(r, q, k1, config.TERM_EXPANSION if q.vector_weight <= 0.5 else 0),
+    ),
     Direction("fusion depth 50", depth=50),
     Direction("min-max fusion", fusion="minmax"),
     Direction("BM25 z-scores capped at 2.5", fusion="zcap"),

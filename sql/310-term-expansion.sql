@@ -96,12 +96,22 @@ COMMENT ON FUNCTION kb.refresh_term_vectors(text) IS
 
 CREATE OR REPLACE FUNCTION kb._has_term_vectors(p_kb_id integer, p_index_id bigint)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  SELECT EXISTS (SELECT 1 FROM kb.term_vector v
-                  WHERE v.index_id = p_index_id AND v.kb_id = p_kb_id
-                    AND v.embedding IS NOT NULL)
+DECLARE
+  v_has boolean;
+BEGIN
+  IF p_kb_id IS NULL OR p_index_id IS NULL THEN
+    RETURN false;
+  END IF;
+  -- Planned for these ids: a plan for any generation reads the whole table where the
+  -- generation has no words (EXISTS expects an early first row).
+  EXECUTE format('SELECT EXISTS (SELECT 1 FROM kb.term_vector v WHERE v.index_id = %s '
+                 'AND v.kb_id = %s AND v.embedding IS NOT NULL)', p_index_id, p_kb_id)
+    INTO v_has;
+  RETURN v_has;
+END
 $$;
 COMMENT ON FUNCTION kb._has_term_vectors(integer, bigint) IS
   'Internal: whether a generation''s words have vectors (term expansion can run).';
