@@ -299,6 +299,8 @@ DECLARE
   v_n      double precision;
   v_avgdl  double precision;
   v_terms  text[];
+  v_own    text[];
+  v_every  text[];
   v_cfg    jsonb;
   v_idf    double precision[];
   v_rest   double precision[];  -- v_rest[i]: the bounds of terms i..m summed
@@ -329,19 +331,22 @@ BEGIN
   SELECT i.n_chunks, i.total_len::double precision / greatest(i.n_chunks, 1), i.indexing_config
     INTO v_n, v_avgdl, v_cfg
     FROM kb.kb_index i WHERE i.id = _bm25_search.index_id AND i.kb_id = _bm25_search.kb_id;
+  -- The query's lexemes and the expansion's, worked out once: in the statement below a
+  -- call would run once per term of the generation for a role under row-level security.
+  v_own := kb._config_lexemes(v_cfg, query);
+  v_every := v_own || ARRAY(SELECT jsonb_object_keys(coalesce(_bm25_search.terms, '{}')));
   SELECT array_agg(t.lexeme ORDER BY t.idf DESC, t.lexeme),
          array_agg(t.idf ORDER BY t.idf DESC, t.lexeme),
          array_agg(t.df ORDER BY t.idf DESC, t.lexeme)
     INTO v_terms, v_idf, v_df
     FROM (SELECT ts.lexeme, ts.df::bigint AS df,
                  ln(1 + (v_n - ts.df + 0.5) / (ts.df + 0.5))
-                 * CASE WHEN ts.lexeme = ANY (q.lexemes) THEN 1
+                 * CASE WHEN ts.lexeme = ANY (v_own) THEN 1
                         ELSE (_bm25_search.terms->>ts.lexeme)::double precision END AS idf
-            FROM (SELECT kb._config_lexemes(v_cfg, query) AS lexemes) q, kb.term_stat ts
+            FROM kb.term_stat ts
            WHERE ts.index_id = _bm25_search.index_id AND ts.kb_id = _bm25_search.kb_id
              AND ts.df > 0
-             AND ts.lexeme = ANY (q.lexemes || ARRAY(SELECT jsonb_object_keys(
-                                    coalesce(_bm25_search.terms, '{}'))))) t;
+             AND ts.lexeme = ANY (v_every)) t;
   v_m := coalesce(cardinality(v_terms), 0);
   IF v_m = 0 THEN
     RETURN;

@@ -114,22 +114,29 @@ def test_scale_bench_measures_a_small_kb_before_and_beside_a_large_one(
     assert "200_before" not in again and "build_seconds" not in again
 
 
+REPLAY_CORPUS = {
+    "cats": "Cats are small felines. A cat sleeps most of the day and hunts mice.",
+    "mice": "Mice are small rodents. Field mice eat seeds; cats hunt mice at night.",
+    "tea": "Green tea is brewed at 80 degrees. Black tea takes boiling water.",
+    "coffee": "Espresso is coffee brewed under pressure. Coffee beans are roasted seeds.",
+    "bread": "Bread dough rises with yeast. Sourdough bread uses a starter.",
+}
+
+
+def fill_replay_kb(client: Client, dsn: str, kb: str) -> None:
+    """The directions tests' five documents, indexed."""
+    for title, text in REPLAY_CORPUS.items():
+        client.add_text(kb, title, text)
+    run_worker(dsn)
+
+
 def test_directions_replay_ranks_as_search_does(
     client: Client, conn: psycopg.Connection, dsn: str, provider: FakeProvider
 ) -> None:
     """The directions group's defaults are kb.search itself: the same BM25 top 10 for
     full_text, the same hybrid order, and its scores are kb.score_query's."""
     remote_kb(client, conn, provider, "replay")
-    corpus = {
-        "cats": "Cats are small felines. A cat sleeps most of the day and hunts mice.",
-        "mice": "Mice are small rodents. Field mice eat seeds; cats hunt mice at night.",
-        "tea": "Green tea is brewed at 80 degrees. Black tea takes boiling water.",
-        "coffee": "Espresso is coffee brewed under pressure. Coffee beans are roasted seeds.",
-        "bread": "Bread dough rises with yeast. Sourdough bread uses a starter.",
-    }
-    for title, text in corpus.items():
-        client.add_text("replay", title, text)
-    run_worker(dsn)
+    fill_replay_kb(client, dsn, "replay")
     asked = [("cats hunt mice", "mice"), ("coffee brewed", "coffee"), ("bread yeast", "bread")]
     questions = [Question(text, [title], {}) for text, title in asked]
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -184,16 +191,7 @@ def test_directions_replay_expands_as_search_does(
     """A KB with a local model expands full_text by default: the replay's added words and
     weights are kb._expansion_terms's, and its full_text top 10 is kb.search's."""
     client.create_knowledge_base("replay-local", {}, {})
-    corpus = {
-        "cats": "Cats are small felines. A cat sleeps most of the day and hunts mice.",
-        "mice": "Mice are small rodents. Field mice eat seeds; cats hunt mice at night.",
-        "tea": "Green tea is brewed at 80 degrees. Black tea takes boiling water.",
-        "coffee": "Espresso is coffee brewed under pressure. Coffee beans are roasted seeds.",
-        "bread": "Bread dough rises with yeast. Sourdough bread uses a starter and water.",
-    }
-    for title, text in corpus.items():
-        client.add_text("replay-local", title, text)
-    run_worker(dsn)
+    fill_replay_kb(client, dsn, "replay-local")
     asked = [("a pet that chases rodents", "cats"), ("hot drink from leaves", "tea")]
     questions = [Question(text, [title], {}) for text, title in asked]
     with psycopg.connect(dsn, autocommit=True) as c:
