@@ -225,6 +225,7 @@ DECLARE
   v_lim    integer;
   v_xterms jsonb;
   v_xwords text[];
+  v_nowords boolean := false;
 BEGIN
   v_kb := kb._get_kb_by_id(p_kb_id);
   PERFORM kb._check_query(p_query);
@@ -238,6 +239,16 @@ BEGIN
     -- PL/Python at all (rerank_model "llm" is resolved to the index generation's chat
     -- model by kb._prepare_query).
     v_prep := ROW(v_kb.retrieval_config, NULL, NULL, NULL)::kb.prepared_query;
+  ELSIF coalesce(p_overrides->>'method', v_kb.retrieval_config->>'method') = 'full_text'
+        AND jsonb_typeof(coalesce(p_overrides->'term_expansion',
+                                  v_kb.retrieval_config->'term_expansion', 'null')) = 'null'
+        AND kb._term_expansion('{}', v_ix.indexing_config) > 0
+        AND NOT kb._has_term_vectors(p_kb_id, v_ix.id) THEN
+    -- full_text expanding by default where the words have no vectors yet: the query is
+    -- not embedded for an expansion that has nothing to read (the note below says so).
+    v_nowords := true;
+    v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config,
+                                p_overrides || '{"term_expansion": 0}', p_query);
   ELSE
     v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);
   END IF;
@@ -270,8 +281,9 @@ BEGIN
   v_lim := CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END;
   -- full_text: the indexed words nearest the query's embedding join BM25's query
   -- (term_expansion), and usage names them; where the words have no vectors yet (the
-  -- stored config's path above embeds nothing then), the note says so.
-  IF v_method = 'full_text' AND kb._term_expansion(v_cfg, v_ix.indexing_config) > 0 THEN
+  -- paths above embed nothing then, but for an explicit term_expansion), the note says so.
+  IF v_method = 'full_text'
+     AND (v_nowords OR kb._term_expansion(v_cfg, v_ix.indexing_config) > 0) THEN
     IF v_prep.embedding IS NOT NULL THEN
       SELECT e.terms, e.words INTO v_xterms, v_xwords
         FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding,
@@ -282,7 +294,7 @@ BEGIN
     IF v_xwords IS NOT NULL THEN
       v_prep.usage := coalesce(v_prep.usage, '{}')
                       || jsonb_build_object('term_expansion', jsonb_build_object('words', v_xwords));
-    ELSIF NOT kb._has_term_vectors(p_kb_id, v_ix.id) THEN
+    ELSIF v_nowords OR NOT kb._has_term_vectors(p_kb_id, v_ix.id) THEN
       v_prep.note := concat_ws('; ', v_prep.note,
         'term expansion: this knowledge base''s words have no vectors yet '
         '(the worker embeds them when its queue is empty; kb.refresh_term_vectors(kb) at once)');

@@ -226,6 +226,35 @@ def test_by_default_a_local_model_expands_and_a_providers_does_not(
     assert "term_expansion" not in (usage or {}) and "embedding" not in (usage or {})
 
 
+def test_a_local_kb_without_vectors_does_not_embed_the_query(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    """Expanding by default (a local model) where the words have no vectors yet: the query
+    is not embedded for nothing, with options or without, and the note says why."""
+    client.create_knowledge_base("bare", {}, {"method": "full_text"})
+    for title, text in CORPUS.items():
+        client.add_text("bare", title, text)
+    run_worker(conn.info.dsn)
+    conn.execute(
+        "DELETE FROM kb.term_vector v USING kb.knowledge_base k "
+        "WHERE k.name = 'bare' AND v.kb_id = k.id"
+    )
+    query = "where do files live"
+    plain = [
+        c for (c,) in client.conn.execute(
+            "SELECT chunk_id FROM kb.search('bare', %s, term_expansion => 0)", (query,)
+        )
+    ]  # fmt: skip
+    for options in ("{}", '{"method": "full_text"}', '{"top_k": 10}'):
+        rows = client.conn.execute(
+            "SELECT chunk_id, note, usage FROM kb.search('bare', %s, options => %s::jsonb)",
+            (query, options),
+        ).fetchall()
+        assert [c for c, _, _ in rows] == plain, options
+        assert "no vectors yet" in rows[0][1], options
+        assert not {"embedding", "term_expansion"} & set(rows[0][2] or {}), options
+
+
 def test_a_kb_without_vectors_searches_its_own_words_and_says_so(
     client: Client, conn: psycopg.Connection, provider: FakeProvider
 ) -> None:
