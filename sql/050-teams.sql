@@ -127,9 +127,9 @@ COMMENT ON FUNCTION kb._require_manage(kb.knowledge_base, text, name) IS
 -- The HNSW indexes of an index generation are DDL on kb.embedding and kb.term_vector,
 -- which only their owner may run. They follow the generation's kb.kb_index row: a
 -- trigger (SECURITY DEFINER, and a trigger function cannot be called on its own) creates
--- them when the row is inserted and drops them when the row goes, whichever way it goes (kb.drop_knowledge_base, a failed
--- reindex, a DELETE FROM kb.knowledge_base). Who may insert or delete that row is the
--- kb_index policies' call: the KB's writers.
+-- them when the row is inserted and drops them when the row goes, whichever way it goes
+-- (kb.drop_knowledge_base, a failed reindex, a DELETE FROM kb.knowledge_base). Who may
+-- insert or delete that row is the kb_index policies' call: the KB's writers.
 CREATE OR REPLACE FUNCTION kb._kb_index_hnsw() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = kb, pg_catalog, pg_temp

@@ -226,24 +226,29 @@ DECLARE
   v_xterms jsonb;
   v_xwords text[];
   v_nowords boolean := false;
+  v_missing boolean;  -- the generation's words have no vectors (NULL: not asked)
 BEGIN
   v_kb := kb._get_kb_by_id(p_kb_id);
   PERFORM kb._check_query(p_query);
   v_ix := kb._active_index(v_kb);
+  -- Asked once, and only for a full_text search the KB's config (or its model's default)
+  -- expands: whether its expansion has vectors to read.
+  IF coalesce(p_overrides->>'method', v_kb.retrieval_config->>'method') = 'full_text'
+     AND kb._term_expansion(v_kb.retrieval_config, v_ix.indexing_config) > 0 THEN
+    v_missing := NOT kb._has_term_vectors(p_kb_id, v_ix.id);
+  END IF;
   IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text'
      AND v_kb.retrieval_config->>'rerank_model' IS DISTINCT FROM 'llm'
      AND (kb._term_expansion(v_kb.retrieval_config, v_ix.indexing_config) = 0
-          OR NOT kb._has_term_vectors(p_kb_id, v_ix.id)) THEN
+          OR v_missing) THEN
     -- The stored config was validated when written, and full_text without term expansion
     -- (none asked for, or no vocabulary vectors yet) embeds nothing: this path runs no
     -- PL/Python at all (rerank_model "llm" is resolved to the index generation's chat
     -- model by kb._prepare_query).
     v_prep := ROW(v_kb.retrieval_config, NULL, NULL, NULL)::kb.prepared_query;
-  ELSIF coalesce(p_overrides->>'method', v_kb.retrieval_config->>'method') = 'full_text'
+  ELSIF v_missing
         AND jsonb_typeof(coalesce(p_overrides->'term_expansion',
-                                  v_kb.retrieval_config->'term_expansion', 'null')) = 'null'
-        AND kb._term_expansion('{}', v_ix.indexing_config) > 0
-        AND NOT kb._has_term_vectors(p_kb_id, v_ix.id) THEN
+                                  v_kb.retrieval_config->'term_expansion', 'null')) = 'null' THEN
     -- full_text expanding by default where the words have no vectors yet: the query is
     -- not embedded for an expansion that has nothing to read (the note below says so).
     v_nowords := true;
@@ -294,7 +299,7 @@ BEGIN
     IF v_xwords IS NOT NULL THEN
       v_prep.usage := coalesce(v_prep.usage, '{}')
                       || jsonb_build_object('term_expansion', jsonb_build_object('words', v_xwords));
-    ELSIF v_nowords OR NOT kb._has_term_vectors(p_kb_id, v_ix.id) THEN
+    ELSIF coalesce(v_missing, NOT kb._has_term_vectors(p_kb_id, v_ix.id)) THEN
       v_prep.note := concat_ws('; ', v_prep.note,
         'term expansion: this knowledge base''s words have no vectors yet '
         '(the worker embeds them when its queue is empty; kb.refresh_term_vectors(kb) at once)');

@@ -1,11 +1,12 @@
 """Term expansion for full_text search: the vocabulary's embeddings.
 
 A paraphrased question shares few words with its answer ("take just the last part of a
-path" against ``path.basename()``), so BM25 alone misses it. With
-``retrieval_config.term_expansion`` set, a full_text search embeds the query and adds the
-indexed words nearest to it (``kb._expansion_terms``) to BM25's query, each at a fraction
-of a word's weight: the words the model places near the question, from the KB's own
-vocabulary. Measured on four sets in docs/performance.md.
+path" against ``path.basename()``), so BM25 alone misses it. With term expansion on
+(``retrieval_config.term_expansion``; by default where the KB embeds with a local model),
+a full_text search embeds the query and adds the indexed words nearest to it
+(``kb._expansion_terms``) to BM25's query, each at a fraction of a word's weight: the
+words the model places near the question, from the KB's own vocabulary. Measured on four
+sets in docs/performance.md.
 
 This module fills ``kb.term_vector``: for each lexeme a generation indexes in two chunks
 or more, the embedding of its commonest spelling in the chunks (none where no word stems
