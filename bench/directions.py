@@ -924,8 +924,110 @@ DIRECTIONS = [
 ]
 
 
-def replay_set(replay: Replay) -> dict[str, Any]:
+# The vector weights a question may be given where the weight is chosen per question.
+WEIGHTS = (0.3, 0.5, 0.7, 0.85, 1.0)
+LEARNED = "vector weight per question, learned on the other three sets (ridge over 11 signals)"
+ORACLE = "each question's best vector weight of 0.3 to 1.0 (a bound, not a method)"
+
+
+@dataclass
+class WeightCase:
+    """One question's signals for choosing its vector weight, and its hybrid figures at
+    each of WEIGHTS (the defaults' lists and fusion)."""
+
+    signals: np.ndarray
+    by_weight: dict[float, dict[str, float]]
+    key: str  # the measure the choice is fitted to: MRR@10, SciFact's nDCG@10
+
+    def best(self) -> dict[str, float]:
+        """The figures at the weight that scores best on ``key``."""
+        return max(self.by_weight.values(), key=lambda m: m[self.key])
+
+
+def weight_case(r: Replay, q: Question) -> WeightCase:
+    """The signals a per-question weight could read at query time: whether the question
+    has an exact cue, the vector channel's first cosine and its lead over the fifth and
+    its first z-score, BM25's first z-score, the share of the question's idf that BM25's
+    and the vectors' first hits hold, the sections the channels' first 5 share, the
+    documents their first 10 share, the question's length, and whether both channels put
+    the same chunk first."""
+    channel = r.top(plain(r, q, config.BM25_K1))
+    cosines = [s for _, s in q.vector]
+    idf = {t: float(r.idf[t]) for t in q.terms}
+    total = sum(idf.values()) or 1.0
+
+    def held(c: int) -> float:
+        terms = r.positions.get(c, {})
+        return sum(v for t, v in idf.items() if t in terms) / total
+
+    zt = _z([s for _, s in channel]) or [0.0]
+    zv = _z(cosines) or [0.0]
+    sections = len({r.path.get(c) for c, _ in q.vector[:5]} & {r.path[c] for c, _ in channel[:5]})
+    docs = len(
+        {r.place[c][0] for c, _ in q.vector[:10] if c in r.place}
+        & {r.place[c][0] for c, _ in channel[:10]}
+    )
+    signals = np.array(
+        [
+            float(q.vector_weight > 0.5),
+            cosines[0] if cosines else 0.0,
+            cosines[0] - cosines[min(4, len(cosines) - 1)] if cosines else 0.0,
+            zv[0],
+            zt[0],
+            held(channel[0][0]) if channel else 0.0,
+            held(q.vector[0][0]) if q.vector else 0.0,
+            sections / 5,
+            docs / 10,
+            min(len(q.terms), 12) / 12,
+            float(bool(channel and q.vector) and channel[0][0] == q.vector[0][0]),
+        ]
+    )
+    by_weight = {w: score(r, q, ranked(fuse(q.vector, channel, w, "zscore"))) for w in WEIGHTS}
+    return WeightCase(signals, by_weight, "ndcg@10" if r.beir else "mrr@10")
+
+
+def weights_per_question(cases: dict[str, list[WeightCase]]) -> dict[str, dict[str, Any]]:
+    """Two rows per set: the vector weight chosen per question by ridge regressions
+    fitted on the other sets (one per weight of WEIGHTS, predicting its gain over 0.7 on
+    the set's measure; each set weighs the same in the fit), and each question's best
+    weight, the most any choice of weight per question could give."""
+    out: dict[str, dict[str, Any]] = {}
+    for held_out, mine in cases.items():
+        train = [(c, 1 / len(cs)) for name, cs in cases.items() if name != held_out for c in cs]
+        x = np.array([c.signals for c, _ in train])
+        mu, sd = x.mean(axis=0), x.std(axis=0) + 1e-9
+        x = np.c_[(x - mu) / sd, np.ones(len(x))]
+        sw = np.array([share for _, share in train])
+        gram = x.T @ (x * sw[:, None]) + 0.01 * np.eye(x.shape[1])
+        fits = np.array(
+            [
+                np.linalg.solve(
+                    gram,
+                    x.T
+                    @ (
+                        sw
+                        * np.array(
+                            [c.by_weight[w][c.key] - c.by_weight[0.7][c.key] for c, _ in train]
+                        )
+                    ),
+                )
+                for w in WEIGHTS
+            ]
+        )
+        chosen = [WEIGHTS[int(np.argmax(fits @ np.r_[(c.signals - mu) / sd, 1.0]))] for c in mine]
+        out[held_out] = {
+            LEARNED: {"hybrid": mean([c.by_weight[w] for c, w in zip(mine, chosen, strict=True)])},
+            ORACLE: {"hybrid": mean([c.best() for c in mine])},
+        }
+    return out
+
+
+def replay_set(replay: Replay, cases: list[WeightCase] | None = None) -> dict[str, Any]:
+    """Every direction's figures on one set; ``cases`` (where given) gets each question's
+    WeightCase for weights_per_question."""
     out: dict[str, Any] = {"questions": len(replay.questions)}
+    if cases is not None:
+        cases.extend(weight_case(replay, q) for q in replay.questions)
     for d in DIRECTIONS:
         if d.needs_wordnet and replay.synonyms is None:
             continue
@@ -1000,8 +1102,11 @@ def bench_directions(dsn: str, quick: bool) -> dict[str, Any]:
         ensure_loaded(client, dsn, kb, data, concurrency=2, indexing_config=EVAL_CONFIG)
     qs = [Question(text, [], data.qrels[qid]) for qid, text in data.queries.items()]
     sets.append(("scifact", kb, qs, True))
+    cases: dict[str, list[WeightCase]] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name, kb, qs, beir in sets:
             say(f"directions: reading {kb} ({len(qs)} questions)")
-            out[name] = replay_set(Replay(conn, kb, qs, beir))
+            out[name] = replay_set(Replay(conn, kb, qs, beir), cases.setdefault(name, []))
+    for name, rows in weights_per_question(cases).items():
+        out[name].update(rows)
     return out

@@ -11,8 +11,12 @@ from bench import common
 from bench.compare import compare
 from bench.directions import (
     DIRECTIONS,
+    LEARNED,
+    ORACLE,
+    WEIGHTS,
     Question,
     Replay,
+    WeightCase,
     expansion,
     fuse,
     opening_prose,
@@ -22,6 +26,7 @@ from bench.directions import (
     score,
     tsv_headings,
     tsv_positions,
+    weights_per_question,
 )
 from bench.scale import bench_scale
 from kbpg.client import Client
@@ -220,3 +225,29 @@ def test_opening_prose_is_a_sections_first_paragraph_of_prose() -> None:
     assert opening_prose(text) == ("Asynchronously append data to a file, creating it if needed.")
     assert opening_prose("```\ncode only\n```") == ""
     assert len(opening_prose("word " * 200)) == 300
+
+
+def test_weights_per_question_learns_from_the_other_sets_and_bounds_them() -> None:
+    """Where one signal tells which weight wins on every set, the weight fitted on the
+    other sets follows it on the held-out set; the bound takes each question's best."""
+    rng = np.random.default_rng(7)
+
+    def case(lean_vector: bool) -> WeightCase:
+        signals = rng.normal(size=11)
+        signals[0] = 1.0 if lean_vector else 0.0
+        good = 1.0 if lean_vector else 0.3
+        by_weight = {w: {"mrr@10": 1.0 if w == good else 0.25} for w in WEIGHTS}
+        return WeightCase(signals, by_weight, "mrr@10")
+
+    cases = {name: [case(i % 2 == 0) for i in range(20)] for name in ("a", "b", "c")}
+    rows = weights_per_question(cases)
+    for name in cases:
+        assert rows[name][LEARNED]["hybrid"]["mrr@10"] > 0.9
+        assert rows[name][ORACLE]["hybrid"]["mrr@10"] == 1.0
+    # A set where the signal means the opposite: what the others teach does not carry.
+    cases["d"] = [case(i % 2 == 0) for i in range(20)]
+    for c in cases["d"]:
+        c.signals[0] = 1.0 - c.signals[0]
+    rows = weights_per_question(cases)
+    assert rows["d"][LEARNED]["hybrid"]["mrr@10"] < 0.5
+    assert rows["d"][ORACLE]["hybrid"]["mrr@10"] == 1.0
