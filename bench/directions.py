@@ -681,11 +681,13 @@ def expansion(r: Replay, q: Question, count: int, weight: float) -> dict[int, fl
     return out
 
 
-def expanded(r: Replay, q: Question, k1: float, count: int | None = None) -> np.ndarray:
+def expanded(
+    r: Replay, q: Question, k1: float, count: int | None = None, weight: float | None = None
+) -> np.ndarray:
     """BM25 of the question's terms and its expansion's (term_expansion, 16 words at
     term_expansion_weight by default)."""
     count = config.TERM_EXPANSION if count is None else count
-    weight = float(_DEFAULTS["term_expansion_weight"].default)
+    weight = float(_DEFAULTS["term_expansion_weight"].default) if weight is None else weight
     return r.bm25({**dict.fromkeys(q.terms, 1.0), **expansion(r, q, count, weight)}, k1)
 
 
@@ -817,6 +819,12 @@ DIRECTIONS = [
     Direction(
         "term expansion in hybrid's BM25 list for a question with an exact cue only",
         lambda r, q, k1: expanded(r, q, k1, config.TERM_EXPANSION if q.vector_weight <= 0.5 else 0),
+    ),
+    Direction(
+        "the same at 0.1 of a word's weight",
+        lambda r, q, k1: expanded(
+            r, q, k1, config.TERM_EXPANSION if q.vector_weight <= 0.5 else 0, 0.1
+        ),
     ),
     Direction("fusion depth 50", depth=50),
     Direction("min-max fusion", fusion="minmax"),
