@@ -278,16 +278,17 @@ return sqlapi.prefetch_embeddings(plpy, kb_id, job_ids, worker)
 $$;
 
 CREATE OR REPLACE FUNCTION kb._py_prepare_query(indexing_config jsonb, retrieval_config jsonb,
-    overrides jsonb, query text) RETURNS kb.prepared_query_text
+    overrides jsonb, query text, expansion_ready boolean) RETURNS kb.prepared_query_text
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.prepare_query(plpy, indexing_config, retrieval_config, overrides, query)
+return sqlapi.prepare_query(plpy, indexing_config, retrieval_config, overrides, query,
+                            expansion_ready)
 $$;
 CREATE OR REPLACE FUNCTION kb._prepare_query(indexing_config jsonb, retrieval_config jsonb,
-    overrides jsonb, query text)
+    overrides jsonb, query text, expansion_ready boolean DEFAULT true)
 RETURNS kb.prepared_query
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -295,13 +296,16 @@ AS $$
 DECLARE
   v kb.prepared_query_text;
 BEGIN
-  v := kb._py_prepare_query(indexing_config, retrieval_config, overrides, query);
+  v := kb._py_prepare_query(indexing_config, retrieval_config, overrides, query,
+                            expansion_ready);
   RETURN ROW(v.config, v.embedding::real[], v.note, v.usage)::kb.prepared_query;
 /*@reraise_expected*/
 END
 $$;
-COMMENT ON FUNCTION kb._prepare_query(jsonb, jsonb, jsonb, text) IS
-  'Internal: validates per-call retrieval options and embeds the query when needed.';
+COMMENT ON FUNCTION kb._prepare_query(jsonb, jsonb, jsonb, text, boolean) IS
+  'Internal: validates per-call retrieval options and embeds the query when needed '
+  '(full_text: for its term expansion, unless expansion_ready is false: the generation''s '
+  'words have no vectors yet).';
 
 CREATE OR REPLACE FUNCTION kb.embed_query(kb_name text, query text) RETURNS real[]
 LANGUAGE plpgsql VOLATILE

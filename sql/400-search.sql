@@ -225,17 +225,24 @@ DECLARE
   v_lim    integer;
   v_xterms jsonb;
   v_xwords text[];
-  v_nowords boolean := false;
+  v_asked  jsonb;
   v_missing boolean;  -- the generation's words have no vectors (NULL: not asked)
 BEGIN
   v_kb := kb._get_kb_by_id(p_kb_id);
   PERFORM kb._check_query(p_query);
   v_ix := kb._active_index(v_kb);
-  -- Asked once, and only for a full_text search the KB's config (or its model's default)
-  -- expands: whether its expansion has vectors to read.
-  IF coalesce(p_overrides->>'method', v_kb.retrieval_config->>'method') = 'full_text'
-     AND kb._term_expansion(v_kb.retrieval_config, v_ix.indexing_config) > 0 THEN
-    v_missing := NOT kb._has_term_vectors(p_kb_id, v_ix.id);
+  -- Asked once, and only for a full_text search that expands (the call's term_expansion,
+  -- else the KB's, else its model's default; a value that is no number is left to
+  -- kb._prepare_query's error): whether its expansion has vectors to read.
+  IF coalesce(p_overrides->>'method', v_kb.retrieval_config->>'method') = 'full_text' THEN
+    v_asked := CASE WHEN p_overrides ? 'term_expansion' THEN p_overrides->'term_expansion'
+                    ELSE v_kb.retrieval_config->'term_expansion' END;
+    IF (CASE WHEN v_asked IS NULL OR jsonb_typeof(v_asked) = 'null'
+               THEN kb._term_expansion('{}', v_ix.indexing_config) > 0
+             WHEN jsonb_typeof(v_asked) = 'number' THEN v_asked::text::numeric > 0
+             ELSE false END) THEN
+      v_missing := NOT kb._has_term_vectors(p_kb_id, v_ix.id);
+    END IF;
   END IF;
   IF p_overrides = '{}' AND v_kb.retrieval_config->>'method' = 'full_text'
      AND v_kb.retrieval_config->>'rerank_model' IS DISTINCT FROM 'llm'
@@ -246,16 +253,11 @@ BEGIN
     -- PL/Python at all (rerank_model "llm" is resolved to the index generation's chat
     -- model by kb._prepare_query).
     v_prep := ROW(v_kb.retrieval_config, NULL, NULL, NULL)::kb.prepared_query;
-  ELSIF v_missing
-        AND jsonb_typeof(coalesce(p_overrides->'term_expansion',
-                                  v_kb.retrieval_config->'term_expansion', 'null')) = 'null' THEN
-    -- full_text expanding by default where the words have no vectors yet: the query is
-    -- not embedded for an expansion that has nothing to read (the note below says so).
-    v_nowords := true;
-    v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config,
-                                p_overrides || '{"term_expansion": 0}', p_query);
   ELSE
-    v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides, p_query);
+    -- Where the words have no vectors yet, full_text does not embed the query for an
+    -- expansion that has nothing to read (the note below says so).
+    v_prep := kb._prepare_query(v_ix.indexing_config, v_kb.retrieval_config, p_overrides,
+                                p_query, NOT coalesce(v_missing, false));
   END IF;
   v_cfg := v_prep.config;
   v_method := v_cfg->>'method';
@@ -286,9 +288,8 @@ BEGIN
   v_lim := CASE WHEN v_rerank THEN greatest(v_ncand, v_top) ELSE v_top END;
   -- full_text: the indexed words nearest the query's embedding join BM25's query
   -- (term_expansion), and usage names them; where the words have no vectors yet (the
-  -- paths above embed nothing then, but for an explicit term_expansion), the note says so.
-  IF v_method = 'full_text'
-     AND (v_nowords OR kb._term_expansion(v_cfg, v_ix.indexing_config) > 0) THEN
+  -- paths above embed nothing then), the note says so.
+  IF v_method = 'full_text' AND kb._term_expansion(v_cfg, v_ix.indexing_config) > 0 THEN
     IF v_prep.embedding IS NOT NULL THEN
       SELECT e.terms, e.words INTO v_xterms, v_xwords
         FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding,

@@ -16,12 +16,15 @@ def prepare(
     retrieval_config: Any,
     overrides: Any,
     query: str,
+    expansion_ready: bool = True,
 ) -> dict[str, Any]:
     """Merge and validate per-call options; embed the query when the method needs it.
 
-    A failing embedding provider does not fail a hybrid query: the vector channel is
-    dropped and ``note`` says why. Nor a full_text one, which embeds the query for its
-    term expansion: it searches the query's own words then.
+    full_text embeds the query for its term expansion only, and not where
+    ``expansion_ready`` is false (the generation's words have no vectors yet: the search
+    says so in its note). A failing embedding provider does not fail a hybrid query: the
+    vector channel is dropped and ``note`` says why. Nor a full_text one: it searches the
+    query's own words then.
     """
     from kbpg_db import embedding
 
@@ -40,7 +43,7 @@ def prepare(
         "usage": None,
     }
     if cfg["method"] == "tree_search" or (
-        cfg["method"] == "full_text" and not cfg["term_expansion"]
+        cfg["method"] == "full_text" and not (cfg["term_expansion"] and expansion_ready)
     ):
         return out
     key = keys.for_model(plpy, icfg.api_key_name, icfg.embedding_model)

@@ -177,11 +177,18 @@ def refresh_communities(plpy: Any, kb_id: int, index_id: int, indexing_config: A
 
 
 def prepare_query(
-    plpy: Any, indexing_config: Any, retrieval_config: Any, overrides: Any, query: str
+    plpy: Any,
+    indexing_config: Any,
+    retrieval_config: Any,
+    overrides: Any,
+    query: str,
+    expansion_ready: bool,
 ) -> dict[str, Any]:
     from kbpg_db import query as q
 
-    return _call(plpy, q.prepare, plpy, indexing_config, retrieval_config, overrides, query)
+    return _call(
+        plpy, q.prepare, plpy, indexing_config, retrieval_config, overrides, query, expansion_ready
+    )
 
 
 def tree_search(

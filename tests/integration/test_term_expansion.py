@@ -260,10 +260,22 @@ def test_a_kb_without_vectors_searches_its_own_words_and_says_so(
 ) -> None:
     build(client, conn, provider, "later", {"method": "full_text"})
     query = "where do files live"
+    calls = provider.embedding_calls
     rows = client.conn.execute(
         "SELECT chunk_id, note, usage FROM kb.search('later', %s, term_expansion => 4)", (query,)
     ).fetchall()
-    assert rows and "no vectors yet" in rows[0][1] and "term_expansion" not in rows[0][2]
+    assert rows and "no vectors yet" in rows[0][1]
+    # Asked for by the call, an expansion with nothing to read embeds nothing either: no
+    # call to the provider (an API call per query, for nothing).
+    assert not {"embedding", "term_expansion"} & set(rows[0][2] or {})
+    assert provider.embedding_calls == calls
+    for bad in ("-1", '"many"', "2.5"):
+        with pytest.raises(psycopg.Error, match="term_expansion"):
+            client.conn.execute(
+                "SELECT * FROM kb.search('later', %s, "
+                "options => jsonb_build_object('term_expansion', %s::jsonb))",
+                (query, bad),
+            )
     assert [c for c, _, _ in rows] == [
         c for (c,) in client.conn.execute(
             "SELECT chunk_id FROM kb.search('later', %s, method => 'full_text')", (query,)
@@ -287,4 +299,5 @@ def test_a_kb_without_vectors_searches_its_own_words_and_says_so(
         "SELECT note, usage FROM kb.search('later', %s, term_expansion => 4)", (query,)
     ).fetchall()
     assert rows[0][0] is None and rows[0][1]["term_expansion"]["words"]
+    assert "embedding" in rows[0][1] and provider.embedding_calls > calls
     assert json.dumps(rows[0][1])  # usage stays JSON
