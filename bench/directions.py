@@ -783,16 +783,24 @@ def weight_on_disagreement(r: Replay, q: Question, shift: float, depth: int = 10
     return q.vector_weight if text & vector else min(1.0, q.vector_weight + shift)
 
 
+def idf_share(r: Replay, q: Question, chunk: int) -> float:
+    """The share of the question's terms, each weighted by its idf, that a chunk holds
+    (0 for a question with no indexed term)."""
+    total = sum(r.idf[t] for t in q.terms)
+    if total <= 0:
+        return 0.0
+    held = r.positions.get(chunk, {})  # the chunk's terms
+    return float(sum(r.idf[t] for t in q.terms if t in held) / total)
+
+
 def weight_by_coverage(r: Replay, q: Question, below: float) -> float:
     """The question's vector weight, 0.2 more where BM25's first hit (the hybrid's list)
     holds less than ``below`` of the question's terms, each weighted by its idf: BM25
     matched a few of its words, not what it asks."""
     top = r.top(plain(r, q, config.BM25_K1), 1)
-    total = sum(r.idf[t] for t in q.terms)
-    if not top or total <= 0:
+    if not top or not q.terms:
         return q.vector_weight
-    held = r.positions[top[0][0]]  # the first hit's terms
-    share = sum(r.idf[t] for t in q.terms if t in held) / total
+    share = idf_share(r, q, top[0][0])
     return min(1.0, q.vector_weight + 0.2) if share < below else q.vector_weight
 
 
@@ -975,13 +983,6 @@ def weight_case(r: Replay, q: Question) -> WeightCase:
     the same chunk first."""
     channel = r.top(plain(r, q, config.BM25_K1))
     cosines = [s for _, s in q.vector]
-    idf = {t: float(r.idf[t]) for t in q.terms}
-    total = sum(idf.values()) or 1.0
-
-    def held(c: int) -> float:
-        terms = r.positions.get(c, {})
-        return sum(v for t, v in idf.items() if t in terms) / total
-
     zt = _z([s for _, s in channel]) or [0.0]
     zv = _z(cosines) or [0.0]
     sections = len({r.path.get(c) for c, _ in q.vector[:5]} & {r.path[c] for c, _ in channel[:5]})
@@ -996,8 +997,8 @@ def weight_case(r: Replay, q: Question) -> WeightCase:
             cosines[0] - cosines[min(4, len(cosines) - 1)] if cosines else 0.0,
             zv[0],
             zt[0],
-            held(channel[0][0]) if channel else 0.0,
-            held(q.vector[0][0]) if q.vector else 0.0,
+            idf_share(r, q, channel[0][0]) if channel else 0.0,
+            idf_share(r, q, q.vector[0][0]) if q.vector else 0.0,
             sections / 5,
             docs / 10,
             min(len(q.terms), 12) / 12,
