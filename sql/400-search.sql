@@ -223,6 +223,7 @@ DECLARE
   v_gpath  text[];
   v_zscore boolean;
   v_lim    integer;
+  v_xcount integer;  -- full_text's term expansion: how many words
   v_xterms jsonb;
   v_xwords text[];
   v_asked  jsonb;
@@ -289,11 +290,12 @@ BEGIN
   -- full_text: the indexed words nearest the query's embedding join BM25's query
   -- (term_expansion), and usage names them; where the words have no vectors yet (the
   -- paths above embed nothing then), the note says so.
-  IF v_method = 'full_text' AND kb._term_expansion(v_cfg, v_ix.indexing_config) > 0 THEN
+  v_xcount := CASE WHEN v_method = 'full_text'
+                   THEN kb._term_expansion(v_cfg, v_ix.indexing_config) ELSE 0 END;
+  IF v_xcount > 0 THEN
     IF v_prep.embedding IS NOT NULL THEN
       SELECT e.terms, e.words INTO v_xterms, v_xwords
-        FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding,
-                                 kb._term_expansion(v_cfg, v_ix.indexing_config),
+        FROM kb._expansion_terms(p_kb_id, v_ix.id, p_query, v_prep.embedding, v_xcount,
                                  (v_cfg->>'term_expansion_weight')::double precision,
                                  v_ix.indexing_config) e;
     END IF;
