@@ -354,7 +354,10 @@ BEGIN
                                  + coalesce((v_use->>'completion_tokens')::bigint, 0),
          llm_cost_usd = llm_cost_usd + CASE WHEN v_res.usage IS NULL THEN 0
                                             ELSE (v_use->>'cost_usd')::numeric END,
-         locked_until = now() + make_interval(secs => kb.job.lease_seconds)
+         -- From the step's end, not its start (now()): a step that outlasted the lease
+         -- (a slow provider) would commit a lease already run out, and another worker
+         -- could claim the job before this one's next step.
+         locked_until = clock_timestamp() + make_interval(secs => kb.job.lease_seconds)
    WHERE kb.job.kb_id = v_kb AND id = v_job.id
    RETURNING * INTO v_job;
   IF v_res.status = 'more' THEN

@@ -278,6 +278,32 @@ def test_worker_killed_mid_job_resumes_from_cache(
     assert job[0] > 2 and job[1] == 2  # several committed steps over two attempts
 
 
+def test_a_step_longer_than_its_lease_keeps_the_job(
+    client: Client, conn: psycopg.Connection, dsn: str, provider: FakeProvider
+) -> None:
+    """A step's lease runs from the step's end: a step that outlasts a lease (a slow
+    provider) does not hand its job to another worker between steps."""
+    set_db(conn, "kb.llm_step_seconds", "0")  # every wave of calls commits
+    provider.chat_delay = 1.5
+    tree_kb(client, conn, provider, "slow", llm_concurrency=1)
+    client.add_text("slow", "doc", "".join(f"# Part {i}\nBody of part {i}.\n" for i in range(3)))
+    with (
+        psycopg.connect(dsn, autocommit=True) as worker,
+        psycopg.connect(dsn, autocommit=True) as other,
+    ):
+        claim = "SELECT kb_id, id FROM kb.claim_jobs(%s, 1, 1)"  # a lease of one second
+        kb_id, job_id = worker.execute(claim, ("w1",)).fetchone()
+        step = "SELECT kb.process_job(%s, %s, 'w1')::text"
+        outcome = worker.execute(step, (kb_id, job_id)).fetchone()[0]
+        assert outcome == "more"  # a step of over a second (a call takes 1.5)
+        assert other.execute(claim, ("w2",)).fetchall() == []
+        while outcome == "more":
+            outcome = worker.execute(step, (kb_id, job_id)).fetchone()[0]
+        assert outcome == "done"
+    assert conn.execute("SELECT attempts FROM kb.job WHERE id = %s", (job_id,)).fetchone() == (1,)
+    assert client.document_status("slow")[0]["status"] == "ready"
+
+
 def test_without_an_llm_markdown_still_indexes(
     client: Client, conn: psycopg.Connection, dsn: str
 ) -> None:
