@@ -218,7 +218,9 @@ BEGIN
   END IF;
   UPDATE kb.job
      SET status = 'queued', last_error = p_error, locked_by = NULL, locked_until = NULL,
-         run_after = now() + make_interval(secs => least(v_base * 2 ^ (v_job.attempts - 1), 600))
+         -- From now, not the transaction's start: a failing step may have run for long.
+         run_after = clock_timestamp()
+                     + make_interval(secs => least(v_base * 2 ^ (v_job.attempts - 1), 600))
    WHERE kb_id = p_kb_id AND id = p_job_id;
   IF v_job.index_id = v_active THEN
     UPDATE kb.document SET status = 'pending', error = p_error, attempts = v_job.attempts,
@@ -450,7 +452,9 @@ LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   WITH renewed AS (
-    UPDATE kb.job j SET locked_until = now() + make_interval(secs => j.lease_seconds)
+    -- clock_timestamp(): kb.prefetch_embeddings renews after minutes of embedding, in
+    -- one transaction, whose now() is its start.
+    UPDATE kb.job j SET locked_until = clock_timestamp() + make_interval(secs => j.lease_seconds)
      WHERE j.kb_id = renew_leases.kb_id AND j.id = ANY (renew_leases.job_ids)
        AND j.locked_by = renew_leases.worker AND j.status = 'running'
     RETURNING 1

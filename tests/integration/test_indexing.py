@@ -225,8 +225,11 @@ def test_jobs_claimed_together_keep_their_leases(
     assert conn.execute(prefetch, (kb_id, ids, "w2")).fetchone()[0] == 0
     assert conn.execute(prefetch, (kb_id + 1, ids, "w1")).fetchone()[0] == 0  # another KB's
     assert provider.embedding_calls == 0
+    provider.embed_delay = 2.5  # embedding ahead outlasts the 2 s leases
     assert conn.execute(prefetch, (kb_id, ids, "w1")).fetchone()[0] == 3
     assert provider.embedding_calls == 1
+    # Their leases start again when it ends, not when it started.
+    assert conn.execute("SELECT count(*) FROM kb.claim_jobs('w2', 3, 2)").fetchone()[0] == 0
     time.sleep(1.2)
     renew = "SELECT kb.renew_leases(%s, %s, %s)"
     assert conn.execute(renew, (kb_id, ids, "w1")).fetchone()[0] == 3
