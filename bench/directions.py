@@ -57,6 +57,7 @@ class Question:
     embedding: np.ndarray | None = None  # the query's, as kb.embed_query makes it
     common: set[int] = field(default_factory=set)  # terms of its kb.common_word words
     common_20k: set[int] = field(default_factory=set)  # of its words among 20,000 tokens
+    terms_english: list[int] = field(default_factory=list)  # terms, with english_terms'
 
 
 _TSV_ENTRY = re.compile(r"'((?:[^']|'')*)':([0-9A-D,]+)")
@@ -307,9 +308,45 @@ class Replay:
             (kb,),
         ).fetchone()
         self.term_expansion = int(expands)
+        self._english_vocabulary(conn, cfg, index)
         self.calibration = self._calibrate(conn, kb, ix)
         self.sections = self._section_vectors(conn, kb, kb_id, ix)
         self.synonyms = wordnet_synonyms(conn, cfg, index) if WORDNET.is_dir() else None
+
+    def _english_vocabulary(self, conn: Any, cfg: dict[str, Any], index: dict[str, int]) -> None:
+        """Document expansion's words (a direction): common English words, the words a
+        paraphrase asks in, each as the KB stems it (``english_terms``, indices into
+        ``lexemes``, which gains the lexemes no chunk holds) with its unit vector
+        (``english_vectors``, embedded as kb.refresh_term_vectors embeds words); and each
+        question's terms with those lexemes too (``Question.terms_english``). Only for a
+        KB with a local model: a provider's would be asked for 8,000 words."""
+        self.english_lexemes = len(self.lexemes)
+        self.english_terms = np.zeros(0, dtype=np.int64)
+        self.english_vectors = np.zeros((0, self.embeddings.shape[1]))
+        if config.indexing_cached(cfg).embedding_model not in config.LOCAL_MODELS:
+            return
+        rows = conn.execute(
+            "SELECT w, kb._config_lexemes(%s::jsonb, w) FROM unnest(%s::text[]) w",
+            (json.dumps(cfg), list(english_words())),
+        ).fetchall()
+        pairs = [(w, lx[0]) for w, lx in rows if lx and len(lx) == 1]
+        asked = {}
+        for q in self.questions:
+            (listed,) = conn.execute(
+                "SELECT kb._config_lexemes(%s::jsonb, %s)", (json.dumps(cfg), q.text)
+            ).fetchone()
+            asked[id(q)] = listed or []
+        extra: dict[str, int] = {}
+        for lx in [lx for _, lx in pairs] + [lx for got in asked.values() for lx in got]:
+            if lx not in index and lx not in extra:
+                extra[lx] = len(self.lexemes) + len(extra)
+        self.english_lexemes = len(self.lexemes) + len(extra)
+        everything = {**index, **extra}
+        self.english_terms = np.array([everything[lx] for _, lx in pairs], dtype=np.int64)
+        vectors = english_vectors(cfg)
+        self.english_vectors = np.array([vectors[w] for w, _ in pairs])
+        for q in self.questions:
+            q.terms_english = sorted({everything[lx] for lx in asked[id(q)]})
 
     def _section_vectors(self, conn: Any, kb: str, kb_id: int, ix: int) -> np.ndarray:
         """Each chunk's section vector, one per section: the embedding of its heading path
@@ -691,6 +728,90 @@ def expanded(
     return r.bm25({**dict.fromkeys(q.terms, 1.0), **expansion(r, q, count, weight)}, k1)
 
 
+@functools.cache
+def english_words() -> tuple[str, ...]:
+    """Document expansion's vocabulary: the words of three letters or more that
+    cl100k_base writes as one token among its first 30,000 (tokens.common_words)."""
+    from kbpg_db import tokens
+
+    return tuple(w for w in tokens.common_words(30_000) if len(w) >= 3)
+
+
+_ENGLISH_VECTORS: dict[str, dict[str, np.ndarray]] = {}  # by embedding model
+
+
+def english_vectors(indexing_config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """english_words' unit vectors by a KB's embedding model, embedded as
+    kb.refresh_term_vectors embeds a KB's words; each model's once per run."""
+    from kbpg_db import embedding
+
+    cfg = config.indexing_cached(indexing_config)
+    if cfg.embedding_model not in _ENGLISH_VECTORS:
+        words = list(english_words())
+        got = np.array(embedding.embed(cfg, words).vectors, dtype=np.float64)
+        got /= np.maximum(np.linalg.norm(got, axis=1), 1e-12)[:, None]
+        _ENGLISH_VECTORS[cfg.embedding_model] = dict(zip(words, got, strict=True))
+    return _ENGLISH_VECTORS[cfg.embedding_model]
+
+
+def document_expansion(r: Replay, count: int, weight: float) -> tuple[np.ndarray, ...]:
+    """BM25's postings with each chunk's ``count`` English words nearest its embedding
+    that it does not hold added, the nearest at ``weight`` of one occurrence and the
+    others by their cosine over the nearest's (doc2query's idea, with the embedding
+    model's neighbours in place of generated questions): the bounds, chunk rows, tf and
+    idf of ``document_scores``. The chunk keeps its length and its own words their idf;
+    an added word's idf counts the chunks that gained it. Built once per Replay."""
+    key = (count, weight)
+    cache = r.__dict__.setdefault("_document_expansions", {})
+    if key in cache:
+        return cache[key]
+    terms, rows, tfs = [], [], []
+    chunks = r.embeddings.astype(np.float32)
+    words = r.english_vectors.astype(np.float32)
+    for lo in range(0, len(r.ids), 1024):
+        sim = chunks[lo : lo + 1024] @ words.T
+        near = np.argpartition(-sim, 3 * count + 40, axis=1)[:, : 3 * count + 40]
+        for i, cand in enumerate(near):
+            row = lo + i
+            held = set(r.chunk_terms[r.chunk_bounds[row] : r.chunk_bounds[row + 1]].tolist())
+            seen: set[int] = set()
+            top = None
+            for j in cand[np.argsort(-sim[i, cand], kind="stable")]:
+                t = int(r.english_terms[j])
+                if t in seen or t in held:
+                    continue
+                seen.add(t)
+                top = top if top is not None else float(sim[i, j])
+                terms.append(t)
+                rows.append(row)
+                tfs.append(weight * float(sim[i, j]) / top)
+                if len(seen) == count:
+                    break
+    own = np.repeat(np.arange(len(r.lexemes)), np.diff(r.term_bounds))
+    term = np.concatenate([own, np.array(terms, dtype=np.int64)])
+    order = np.argsort(term, kind="stable")
+    at = np.concatenate([r.term_rows, np.array(rows, dtype=np.int64)])[order]
+    tf = np.concatenate([r.term_tf, np.array(tfs)])[order]
+    bounds = np.searchsorted(term[order], np.arange(r.english_lexemes + 1))
+    df = np.diff(bounds).astype(np.float64)
+    idf = np.log(1 + (r.n - df + 0.5) / (df + 0.5))
+    idf[: len(r.lexemes)] = r.idf
+    cache[key] = (bounds, at, tf, idf)
+    return cache[key]
+
+
+def document_scores(r: Replay, q: Question, k1: float, count: int, weight: float) -> np.ndarray:
+    """BM25 of the question's words over document_expansion's postings."""
+    bounds, rows, tfs, idf = document_expansion(r, count, weight)
+    out = np.zeros(len(r.ids))
+    for t in q.terms_english:
+        lo, hi = bounds[t], bounds[t + 1]
+        at, tf = rows[lo:hi], tfs[lo:hi]
+        part = tf * (k1 + 1) / (tf + k1 * (1 - B + B * r.dl[at] / r.avgdl))
+        np.add.at(out, at, idf[t] * part)
+    return out
+
+
 @dataclass(frozen=True)
 class Direction:
     """A change to the defaults: the question's BM25 scores (given the default k1 of the
@@ -705,6 +826,7 @@ class Direction:
     weight: Callable[[Replay, Question], float] | None = None  # the question's vector weight
     section_vector: float = 0.0  # the vector list rescored: cosine + this x section cosine
     needs_wordnet: bool = False  # left out where WordNet is not installed
+    needs_english: bool = False  # left out where the KB has no local model (english_words)
     # full_text's scores where they are not ``bm25``'s (the defaults: term expansion)
     full_text: Callable[[Replay, Question, float], np.ndarray] | None = None
 
@@ -833,6 +955,16 @@ DIRECTIONS = [
         lambda r, q, k1: expanded(
             r, q, k1, config.TERM_EXPANSION if q.vector_weight <= 0.5 else 0, 0.1
         ),
+    ),
+    Direction(
+        "document expansion: each chunk's 10 nearest English words it lacks, at 0.3",
+        lambda r, q, k1: document_scores(r, q, k1, 10, 0.3),
+        needs_english=True,
+    ),
+    Direction(
+        "document expansion: each chunk's 5 nearest English words it lacks, at 0.3",
+        lambda r, q, k1: document_scores(r, q, k1, 5, 0.3),
+        needs_english=True,
     ),
     Direction("fusion depth 50", depth=50),
     Direction("min-max fusion", fusion="minmax"),
@@ -1075,7 +1207,9 @@ def replay_set(replay: Replay, cases: list[WeightCase] | None = None) -> dict[st
     if cases is not None:
         cases.extend(weight_case(replay, q) for q in replay.questions)
     for d in DIRECTIONS:
-        if d.needs_wordnet and replay.synonyms is None:
+        if (d.needs_wordnet and replay.synonyms is None) or (
+            d.needs_english and not len(replay.english_terms)
+        ):
             continue
         text_rows, vector_rows, hybrid_rows = [], [], []
         same = same_expanded = 0

@@ -18,6 +18,8 @@ from bench.directions import (
     Question,
     Replay,
     WeightCase,
+    document_expansion,
+    document_scores,
     expansion,
     fuse,
     opening_prose,
@@ -184,10 +186,14 @@ def test_directions_replay_ranks_as_search_does(
     # One section vector a chunk, unit length.
     assert replay.sections.shape == replay.embeddings.shape
     assert np.allclose(np.linalg.norm(replay.sections, axis=1), 1.0)
-    # Every direction, but WordNet's where Debian's wordnet-base is not installed.
-    assert {d.label for d in DIRECTIONS if replay.synonyms is not None or not d.needs_wordnet} <= (
-        set(out)
-    )
+    # Every direction, but WordNet's where Debian's wordnet-base is not installed, and
+    # document expansion's (a provider's model here; the local KB below has them).
+    assert {
+        d.label
+        for d in DIRECTIONS
+        if (replay.synonyms is not None or not d.needs_wordnet) and not d.needs_english
+    } <= set(out)
+    assert not any(d.label in out for d in DIRECTIONS if d.needs_english)
     assert out["defaults"]["full_text"]["success@5"] == 1.0  # each question names its answer
 
 
@@ -214,7 +220,24 @@ def test_directions_replay_expands_as_search_does(
             mine = {replay.lexemes[t]: w for t, w in expansion(replay, q, 16, 0.3).items()}
             assert terms and mine == pytest.approx(terms)
         out = replay_set(replay)
+    # Document expansion: each chunk gains 10 English words it does not hold, the nearest
+    # at 0.3 of an occurrence; its own words keep their postings and their idf.
+    bounds, rows, tfs, idf = document_expansion(replay, 10, 0.3)
+    own = len(replay.term_rows)
+    assert len(rows) == own + 10 * len(replay.ids)
+    term = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    added = tfs < 1  # every posting of a chunk's own word has tf 1 or more
+    assert added.sum() == 10 * len(replay.ids) and tfs[added].max() == pytest.approx(0.3)
+    for row in range(len(replay.ids)):
+        held = set(replay.chunk_terms[replay.chunk_bounds[row] : replay.chunk_bounds[row + 1]])
+        gained = set(term[added & (rows == row)].tolist())
+        assert len(gained) == 10 and not gained & held
+    assert np.array_equal(idf[: len(replay.lexemes)], replay.idf)
+    gained_only = Question("a drink", ["tea"], {})
+    gained_only.terms_english = sorted(set(term[added].tolist()))[:3]
+    assert document_scores(replay, gained_only, config.BM25_K1, 10, 0.3).max() > 0
     assert out["bm25_replay"] == 1.0 and out["full_text_replay"] == 1.0
+    assert all(d.label in out for d in DIRECTIONS if d.needs_english)
 
 
 def test_opening_prose_is_a_sections_first_paragraph_of_prose() -> None:
