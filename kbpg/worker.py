@@ -344,19 +344,18 @@ class Worker:
                         "SELECT kb.prefetch_embeddings(%s, %s, %s)",
                         (jobs[0][0], [j[1] for j in jobs], worker_id),
                     )
-                for n, job in enumerate(jobs):
+                waiting = list(jobs)
+                while waiting:
+                    job = waiting.pop(0)
                     if self.stop_event.is_set():  # stopping: the rest go back to the queue
-                        for rest in jobs[n:]:
-                            conn.execute(
-                                "SELECT kb.release_job(%s, %s, %s)", (rest[0], rest[1], worker_id)
-                            )
+                        self._release(conn, worker_id, [job, *waiting])
                         break
                     # The jobs still waiting keep their leases: renewed once a quarter of
                     # a lease has passed (a statement and a commit saved per short job).
-                    if n and time.monotonic() - renewed >= self.lease_seconds / 4:
+                    if job is not jobs[0] and time.monotonic() - renewed >= self.lease_seconds / 4:
                         conn.execute(
                             "SELECT kb.renew_leases(%s, %s, %s)",
-                            (job[0], [j[1] for j in jobs[n:]], worker_id),
+                            (job[0], [j[1] for j in [job, *waiting]], worker_id),
                         )
                         renewed = time.monotonic()
                     if self._per_job_threads and self._onnx_threads:
@@ -371,7 +370,7 @@ class Worker:
                             conn.execute(
                                 "SELECT set_config('kb.onnx_threads', %s, false)", (str(threads),)
                             )
-                    self._run_job(conn, worker_id, job)
+                    self._run_job(conn, worker_id, job, waiting)
             except psycopg.OperationalError as exc:
                 log.warning(
                     "database connection lost (%s); reconnecting in %.1fs",
@@ -386,7 +385,20 @@ class Worker:
         if conn is not None:
             conn.close()
 
-    def _run_job(self, conn: Any, worker_id: str, job: tuple[Any, ...]) -> None:
+    def _release(self, conn: Any, worker_id: str, jobs: list[tuple[Any, ...]]) -> None:
+        """Hand claimed jobs back to the queue; their attempts do not count."""
+        for job in jobs:
+            conn.execute("SELECT kb.release_job(%s, %s, %s)", (job[0], job[1], worker_id))
+        if jobs:
+            self.wake.set()  # an idle connection takes them now, not at its next poll
+
+    def _run_job(
+        self, conn: Any, worker_id: str, job: tuple[Any, ...], waiting: list[tuple[Any, ...]]
+    ) -> None:
+        """Run one job to its end, a step at a time. A job that takes steps (an LLM
+        strategy's) runs for minutes: the jobs ``waiting`` behind it in this claim go back
+        to the queue at its first step, for the other connections and workers, instead of
+        waiting out their leases (and being claimed again, an attempt counted each time)."""
         import psycopg
 
         kb_id, job_id, _doc_id, attempt, max_attempts, title, kb, _size = job
@@ -412,6 +424,9 @@ class Worker:
                     ).fetchone()
                 if outcome is not Outcome.MORE or self.stop_event.is_set():
                     break
+                if waiting:
+                    self._release(conn, worker_id, waiting)
+                    waiting.clear()
                 log.info("job %s: %s (step %s)", job_id, progress or "working", steps)
         except psycopg.Error as exc:
             if conn.broken or conn.closed:

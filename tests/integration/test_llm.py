@@ -304,6 +304,35 @@ def test_a_step_longer_than_its_lease_keeps_the_job(
     assert client.document_status("slow")[0]["status"] == "ready"
 
 
+def test_a_long_job_hands_back_the_jobs_claimed_with_it(
+    client: Client, conn: psycopg.Connection, dsn: str, provider: FakeProvider
+) -> None:
+    """A connection claims several jobs at once. An LLM job runs in steps, for minutes:
+    the jobs claimed with it go back to the queue at its first step, for other connections
+    and workers, instead of waiting out their leases behind it."""
+    import threading
+
+    set_db(conn, "kb.llm_step_seconds", "0")  # every wave of calls commits
+    provider.chat_delay = 0.2
+    tree_kb(client, conn, provider, "pair", llm_concurrency=1)
+    for i in range(2):
+        client.add_text("pair", f"d{i}", "".join(f"# Part {k}\nBody {i}.{k}.\n" for k in range(6)))
+    done: list[Any] = []
+    run = threading.Thread(target=lambda: done.append(run_worker(dsn)), daemon=True)
+    run.start()  # one connection: it claims both jobs
+    seen = set()
+    while run.is_alive():
+        rows = conn.execute("SELECT status, steps FROM kb.job ORDER BY steps DESC").fetchall()
+        seen.add(tuple((status, steps > 0) for status, steps in rows))
+        time.sleep(0.05)
+    run.join()
+    assert done and done[0].lost == 0
+    # The first job a step in, the other back in the queue.
+    assert (("running", True), ("queued", False)) in seen
+    assert conn.execute("SELECT attempts FROM kb.job").fetchall() == [(1,), (1,)]
+    assert {d["status"] for d in client.document_status("pair")} == {"ready"}
+
+
 def test_without_an_llm_markdown_still_indexes(
     client: Client, conn: psycopg.Connection, dsn: str
 ) -> None:
