@@ -284,19 +284,20 @@ def test_a_step_longer_than_its_lease_keeps_the_job(
     """A step's lease runs from the step's end: a step that outlasts a lease (a slow
     provider) does not hand its job to another worker between steps."""
     set_db(conn, "kb.llm_step_seconds", "0")  # every wave of calls commits
-    provider.chat_delay = 1.5
+    provider.chat_delay = 3.0
     tree_kb(client, conn, provider, "slow", llm_concurrency=1)
     client.add_text("slow", "doc", "".join(f"# Part {i}\nBody of part {i}.\n" for i in range(3)))
     with (
         psycopg.connect(dsn, autocommit=True) as worker,
         psycopg.connect(dsn, autocommit=True) as other,
     ):
-        claim = "SELECT kb_id, id FROM kb.claim_jobs(%s, 1, 1)"  # a lease of one second
+        claim = "SELECT kb_id, id FROM kb.claim_jobs(%s, 1, 2)"  # a lease of two seconds
         kb_id, job_id = worker.execute(claim, ("w1",)).fetchone()
         step = "SELECT kb.process_job(%s, %s, 'w1')::text"
         outcome = worker.execute(step, (kb_id, job_id)).fetchone()[0]
-        assert outcome == "more"  # a step of over a second (a call takes 1.5)
+        assert outcome == "more"  # a step of over two seconds (a call takes 3)
         assert other.execute(claim, ("w2",)).fetchall() == []
+        provider.chat_delay = 0
         while outcome == "more":
             outcome = worker.execute(step, (kb_id, job_id)).fetchone()[0]
         assert outcome == "done"
