@@ -57,6 +57,7 @@ class Question:
     embedding: np.ndarray | None = None  # the query's, as kb.embed_query makes it
     common: set[int] = field(default_factory=set)  # terms of its kb.common_word words
     common_20k: set[int] = field(default_factory=set)  # of its words among 20,000 tokens
+    lexemes: list[str] = field(default_factory=list)  # all its lexemes, indexed or not
     terms_english: list[int] = field(default_factory=list)  # terms, with english_terms'
 
 
@@ -229,11 +230,9 @@ class Replay:
             qtsv = conn.execute(
                 "SELECT kb.text_tsvector(%s::jsonb, %s)::text", (json.dumps(cfg), q.text)
             ).fetchone()
-            words = {
-                index[x]: ats
-                for x, ats in tsv_positions(qtsv[0] if qtsv else "").items()
-                if x in index
-            }
+            positions = tsv_positions(qtsv[0] if qtsv else "")
+            q.lexemes = sorted(positions)
+            words = {index[x]: ats for x, ats in positions.items() if x in index}
             q.terms = sorted(words)
             # The lexemes kb._query_has_exact_cue takes for common English words, and
             # those of a longer list (a direction).
@@ -330,14 +329,8 @@ class Replay:
             (json.dumps(cfg), list(english_words())),
         ).fetchall()
         pairs = [(w, lx[0]) for w, lx in rows if lx and len(lx) == 1]
-        asked = {}
-        for q in self.questions:
-            (listed,) = conn.execute(
-                "SELECT kb._config_lexemes(%s::jsonb, %s)", (json.dumps(cfg), q.text)
-            ).fetchone()
-            asked[id(q)] = listed or []
         extra: dict[str, int] = {}
-        for lx in [lx for _, lx in pairs] + [lx for got in asked.values() for lx in got]:
+        for lx in [lx for _, lx in pairs] + [lx for q in self.questions for lx in q.lexemes]:
             if lx not in index and lx not in extra:
                 extra[lx] = len(self.lexemes) + len(extra)
         self.english_lexemes = len(self.lexemes) + len(extra)
@@ -346,7 +339,7 @@ class Replay:
         vectors = english_vectors(cfg)
         self.english_vectors = np.array([vectors[w] for w, _ in pairs])
         for q in self.questions:
-            q.terms_english = sorted({everything[lx] for lx in asked[id(q)]})
+            q.terms_english = sorted({everything[lx] for lx in q.lexemes})
 
     def _section_vectors(self, conn: Any, kb: str, kb_id: int, ix: int) -> np.ndarray:
         """Each chunk's section vector, one per section: the embedding of its heading path
@@ -410,13 +403,8 @@ class Replay:
         self, weights: dict[int, float], k1: float, b: float = B, delta: float = 0.0
     ) -> np.ndarray:
         """Every chunk's BM25 score for terms weighted ``weights`` (BM25+ with delta)."""
-        out = np.zeros(len(self.ids))
-        for t, w in weights.items():
-            lo, hi = self.term_bounds[t], self.term_bounds[t + 1]
-            tf, dl = self.term_tf[lo:hi], self.term_dl[lo:hi]
-            part = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / self.avgdl)) + delta
-            np.add.at(out, self.term_rows[lo:hi], w * self.idf[t] * part)
-        return out
+        postings = (self.term_bounds, self.term_rows, self.term_tf, self.term_dl, self.idf)
+        return bm25_over(self, postings, weights, k1, b, delta)
 
     def bm25_headings(self, q: Question, k1: float, weight: int) -> np.ndarray:
         """Every chunk's BM25 score for the question's terms with its heading words
@@ -754,13 +742,34 @@ def english_vectors(indexing_config: dict[str, Any]) -> dict[str, np.ndarray]:
     return _ENGLISH_VECTORS[cfg.embedding_model]
 
 
+def bm25_over(
+    r: Replay,
+    postings: tuple[np.ndarray, ...],
+    weights: dict[int, float],
+    k1: float,
+    b: float = B,
+    delta: float = 0.0,
+) -> np.ndarray:
+    """Every chunk's BM25 score for terms weighted ``weights`` over ``postings``: each
+    term's bounds, then each posting's chunk row, tf and chunk length, then each term's
+    idf (the index's own, Replay.bm25, or document_expansion's)."""
+    bounds, rows, tfs, dls, idf = postings
+    out = np.zeros(len(r.ids))
+    for t, w in weights.items():
+        lo, hi = bounds[t], bounds[t + 1]
+        tf, dl = tfs[lo:hi], dls[lo:hi]
+        part = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / r.avgdl)) + delta
+        np.add.at(out, rows[lo:hi], w * idf[t] * part)
+    return out
+
+
 def document_expansion(r: Replay, count: int, weight: float) -> tuple[np.ndarray, ...]:
     """BM25's postings with each chunk's ``count`` English words nearest its embedding
     that it does not hold added, the nearest at ``weight`` of one occurrence and the
     others by their cosine over the nearest's (doc2query's idea, with the embedding
-    model's neighbours in place of generated questions): the bounds, chunk rows, tf and
-    idf of ``document_scores``. The chunk keeps its length and its own words their idf;
-    an added word's idf counts the chunks that gained it. Built once per Replay."""
+    model's neighbours in place of generated questions), as bm25_over reads postings.
+    The chunk keeps its length and its own words their idf; an added word's idf counts
+    the chunks that gained it. Built once per Replay."""
     key = (count, weight)
     cache = r.__dict__.setdefault("_document_expansions", {})
     if key in cache:
@@ -796,20 +805,14 @@ def document_expansion(r: Replay, count: int, weight: float) -> tuple[np.ndarray
     df = np.diff(bounds).astype(np.float64)
     idf = np.log(1 + (r.n - df + 0.5) / (df + 0.5))
     idf[: len(r.lexemes)] = r.idf
-    cache[key] = (bounds, at, tf, idf)
+    cache[key] = (bounds, at, tf, r.dl[at], idf)
     return cache[key]
 
 
 def document_scores(r: Replay, q: Question, k1: float, count: int, weight: float) -> np.ndarray:
     """BM25 of the question's words over document_expansion's postings."""
-    bounds, rows, tfs, idf = document_expansion(r, count, weight)
-    out = np.zeros(len(r.ids))
-    for t in q.terms_english:
-        lo, hi = bounds[t], bounds[t + 1]
-        at, tf = rows[lo:hi], tfs[lo:hi]
-        part = tf * (k1 + 1) / (tf + k1 * (1 - B + B * r.dl[at] / r.avgdl))
-        np.add.at(out, at, idf[t] * part)
-    return out
+    postings = document_expansion(r, count, weight)
+    return bm25_over(r, postings, dict.fromkeys(q.terms_english, 1.0), k1)
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,7 @@ def test_directions_replay_expands_as_search_does(
         out = replay_set(replay)
     # Document expansion: each chunk gains 10 English words it does not hold, the nearest
     # at 0.3 of an occurrence; its own words keep their postings and their idf.
-    bounds, rows, tfs, idf = document_expansion(replay, 10, 0.3)
+    bounds, rows, tfs, dls, idf = document_expansion(replay, 10, 0.3)
     own = len(replay.term_rows)
     assert len(rows) == own + 10 * len(replay.ids)
     term = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
@@ -233,6 +233,7 @@ def test_directions_replay_expands_as_search_does(
         gained = set(term[added & (rows == row)].tolist())
         assert len(gained) == 10 and not gained & held
     assert np.array_equal(idf[: len(replay.lexemes)], replay.idf)
+    assert np.array_equal(dls, replay.dl[rows])  # each chunk keeps its length
     gained_only = Question("a drink", ["tea"], {})
     gained_only.terms_english = sorted(set(term[added].tolist()))[:3]
     assert document_scores(replay, gained_only, config.BM25_K1, 10, 0.3).max() > 0
