@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -311,8 +312,6 @@ def test_a_long_job_hands_back_the_jobs_claimed_with_it(
     """A connection claims several jobs at once. An LLM job runs in steps, for minutes:
     the jobs claimed with it go back to the queue at its first step, for other connections
     and workers, instead of waiting out their leases behind it."""
-    import threading
-
     set_db(conn, "kb.llm_step_seconds", "0")  # every wave of calls commits
     provider.chat_delay = 0.2
     tree_kb(client, conn, provider, "pair", llm_concurrency=1)
