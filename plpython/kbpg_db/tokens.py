@@ -1,47 +1,74 @@
 """Token counting with tiktoken's cl100k_base, offline.
 
-tiktoken downloads its BPE file on first use. The file ships inside litellm
-(``litellm_core_utils/tokenizers``, named by the sha1 of its usual URL), so we point
-``TIKTOKEN_CACHE_DIR`` there before tiktoken looks, without importing litellm itself
-(which costs seconds).
+The encoding's BPE file ships with this package (``data/cl100k_base.tiktoken``, the file
+OpenAI publishes with tiktoken, MIT licence in ``data/NOTICE``) and is read from that
+path alone. tiktoken's own ``get_encoding`` would look in ``TIKTOKEN_CACHE_DIR`` and, on a
+miss (a folder the server's OS user cannot read is one), download the file: a database
+server must never reach for the network, so it is not called.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
+import base64
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 ENCODING = "cl100k_base"
+BPE_FILE = Path(__file__).with_name("data") / "cl100k_base.tiktoken"
+# tiktoken_ext.openai_public's cl100k_base: the file's hash, the split pattern and the
+# special tokens, which the file does not hold.
+BPE_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++"""
+    r"""[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+SPECIAL_TOKENS = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
 
 
-def _litellm_tokenizer_dir() -> Path | None:
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "litellm_core_utils" / "tokenizers"
-        if candidate.is_dir():
-            return candidate
-    return None
+def read_ranks(path: Path = BPE_FILE) -> dict[bytes, int]:
+    """The token ranks of a ``.tiktoken`` file (a base64 token and its rank a line),
+    checked against cl100k_base's published hash."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RuntimeError(
+            f"tiktoken's cl100k_base file {path} could not be read ({exc.strerror or exc}): "
+            "kbpg's in-database package is incomplete; install it again with "
+            "`kbpg server-setup`"
+        ) from None
+    if hashlib.sha256(data).hexdigest() != BPE_SHA256:
+        raise RuntimeError(
+            f"tiktoken's cl100k_base file {path} is damaged (its sha256 is not "
+            "cl100k_base's): install kbpg's in-database package again with "
+            "`kbpg server-setup`"
+        )
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
 
 
 @lru_cache(maxsize=1)
 def encoding() -> Any:
-    """The cl100k_base encoding, loaded once per process without network access."""
-    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
-        cache = _litellm_tokenizer_dir()
-        if cache is None:
-            raise RuntimeError(
-                "tiktoken's cl100k_base file was not found: install litellm (it ships the "
-                "file) or set TIKTOKEN_CACHE_DIR to a folder holding it"
-            )
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+    """The cl100k_base encoding, loaded once per process from the shipped file."""
     import tiktoken
 
-    return tiktoken.get_encoding(ENCODING)
+    return tiktoken.Encoding(
+        ENCODING,
+        pat_str=PATTERN,
+        mergeable_ranks=read_ranks(),
+        special_tokens=SPECIAL_TOKENS,
+    )
 
 
 COMMON_WORD_RANK = 10_000

@@ -148,12 +148,20 @@ def server(work: Path) -> Iterator[str]:
             f"port = {port}\nlisten_addresses = ''\nunix_socket_directories = '{sock}'\n"
             "fsync = off\n"
         )
+    # The server inherits a TIKTOKEN_CACHE_DIR its OS user cannot read, as a server started
+    # from a clone in a root-only folder did: kbpg must tokenize from its own file, never
+    # through tiktoken's cache (a miss there downloads, and this machine has no network).
+    private = work / "private"
+    private.mkdir(mode=0o700)
+    (private / "tiktoken").mkdir()
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(private / "tiktoken")}
     _ok(
         _run(
             _as_server(
                 [str(bindir / "pg_ctl"), "start", "-w", "-D", str(data), "-l", str(sock / "pg.log")]
             ),
             Path("/"),
+            env,
         )
     )
     try:
