@@ -149,7 +149,7 @@ def test_html_is_cleaned_before_conversion() -> None:
 )
 def test_xss_payloads_never_reach_text(payload: str) -> None:
     html = f"<html><body><p>safe words</p>{payload}</body></html>"
-    cleaned, _ = convert.clean_html(html)
+    cleaned, _, _ = convert.clean_html(html)
     lowered = cleaned.lower()
     assert "javascript:" not in lowered.replace("&#x09;", "")
     assert "onerror" not in lowered and "onload" not in lowered
@@ -473,6 +473,86 @@ def test_html_keeps_the_main_content_without_page_furniture() -> None:
     # A page without a marked main part keeps all of its text but the furniture.
     plain = "<html><body><div class='sidebar'>Links</div><p>Only text.</p></body></html>"
     assert convert.convert_html(plain, Limits()).content.strip() == "Only text."
+
+
+PAGES = Path(__file__).parent.parent / "pages"
+
+
+def test_mediawiki_page_keeps_its_article_without_the_skin() -> None:
+    """A MediaWiki (Vector 2022) page: <html> and <body> carry the skin's feature classes
+    ("vector-toc-available", "main-menu-pinned-disabled"), which read as furniture words;
+    the article inside <main role=main> is indexed, the skin's menus are not."""
+    out = convert.convert_html((PAGES / "mediawiki_vector.html").read_text(), Limits())
+    text, _ = media.extract(out.content)
+    assert text.startswith("# Zebrafish")
+    for kept in ("Danio rerio", "rice paddies", "genome was sequenced in 2013", "Danionidae"):
+        assert kept in text, kept
+    for furniture in (
+        "create an account",
+        "154 languages",
+        "move to sidebar",
+        "Deutsch",
+        "Random article",
+        "View history",
+        "What links here",
+        "From Wikipedia",
+        "last edited",
+        "Categories",
+        "Microrasbora",
+        "[edit]",
+        "Toggle the table",
+    ):
+        assert furniture not in text, furniture
+    paths = [s.heading_path for s in chunking.markdown_sections(text)]
+    assert ["Zebrafish", "Habitat"] in paths and ["Zebrafish", "Research"] in paths
+    assert "notes" not in out.meta  # nothing fell back
+
+
+def test_cleaning_that_would_empty_a_page_keeps_it_whole_and_says_so() -> None:
+    body = "The harbour opens at six and closes at ten. " * 20
+    page = f"<html><body><div class='sidebar-layout'><p>{body}</p></div></body></html>"
+    out = convert.convert_html(page, Limits())
+    assert "The harbour opens at six" in out.content
+    (note,) = out.meta["notes"]
+    assert "indexed whole" in note and "left 0 of its" in note
+    # A page whose furniture is a small part keeps no note.
+    ok = f"<html><body><nav>Home About</nav><p>{body}</p></body></html>"
+    assert "notes" not in convert.convert_html(ok, Limits()).meta
+
+
+def test_search_results_lose_their_trackers_not_their_titles() -> None:
+    out = convert.convert_html((PAGES / "search_results.html").read_text(), Limits())
+    text, found = media.extract(out.content)
+    # Click-tracking redirects become their targets where the link names one, else go.
+    assert "/ck/a" not in text and "ntb=1" not in text
+    assert "(https://en.wikipedia.org/wiki/History_of_Microsoft)" in text
+    assert "(https://news.example.com/microsoft-at-50)" in text
+    # The inline SVG icon (raw, with spaces and quotes) is media, not text.
+    assert "data:" not in text and "<svg" not in text and "viewBox" not in text
+    assert [m.media_type for m in found] == ["image/svg+xml"]
+    assert found[0].data.startswith(b"<svg xmlns='http://www.w3.org/2000/svg'")
+    # Each result's title, and a result's section title, are sections.
+    paths = [s.heading_path for s in chunking.markdown_sections(text)]
+    title = "1995–2007: Foray into the Web, Windows 95, Windows XP, and Xbox"
+    assert ["History of Microsoft - Wikipedia", title] in paths
+    assert ["Microsoft at 50"] in paths
+    assert "search" not in text.lower().split("microsoft")[0]  # no search box or tabs
+
+
+@pytest.mark.parametrize(
+    ("href", "target"),
+    [
+        ("https://example.com/a?b=1", "https://example.com/a?b=1"),
+        ("/docs/guide.html#x", "/docs/guide.html#x"),
+        ("https://www.google.com/url?q=https://example.org/p&sa=U", "https://example.org/p"),
+        ("https://t.example/redirect?to=http%3A%2F%2Fexample.net%2F", "http://example.net/"),
+        ("https://www.bing.com/ck/a?!&&p=abc&ntb=1", None),
+        ("data:text/plain,hello", None),
+        ("https://ads.example/c?" + "x" * 500, None),
+    ],
+)
+def test_link_targets(href: str, target: str | None) -> None:
+    assert convert._link_target(href) == target
 
 
 def test_html_permalink_anchors_stay_out_of_headings_and_text() -> None:
