@@ -34,6 +34,7 @@ GROUPS = (
     "codegraph",
     "ingest",
     "startup",
+    "ocr",
 )
 # Only with --only: building the 1M-chunk KB takes about an hour on 2 cores.
 ON_REQUEST = ("scale",)

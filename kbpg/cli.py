@@ -465,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument(
         "--system-packages",
         action="store_true",
-        help="first install PostgreSQL's plpython3u and pgvector >= 0.8 (Debian 12/13)",
+        help="first install plpython3u, pgvector >= 0.8, Chromium and Tesseract OCR (Debian 12/13)",
     )
     ss.set_defaults(func=cmd_server_setup)
     rp = sub.add_parser(

@@ -99,13 +99,17 @@ def reads_pdf() -> bool:
     return importlib.util.find_spec("pymupdf") is not None
 
 
-def load_pdf(path: Path, data: bytes) -> tuple[str, list[int], dict[str, Any]]:
+def load_pdf(path: Path, data: bytes) -> tuple[str, list[int], dict[str, Any]] | None:
     """Text of every page of the PDF ``data`` (read from ``path``) joined by a blank line,
-    each page's start offset, and metadata (kbpg_db.convert, as the server converts)."""
+    each page's start offset, and metadata (kbpg_db.convert, as the server converts).
+    None for a PDF with scanned pages: the server reads those by OCR, in the KB's
+    languages."""
     try:
-        out = convert.convert_pdf(data, convert.Limits())
+        out = convert.convert_pdf(data, convert.Limits(), defer_ocr=True)
     except convert.ConvertError as exc:
         raise DocumentError(f"{path}: {exc}", hint=exc.hint) from None
+    if out.meta.get("needs_ocr"):
+        return None
     assert out.page_starts is not None
     return out.content, out.page_starts, out.meta
 
@@ -147,7 +151,11 @@ def load_file(
             original = path.read_bytes()
         elif suffix in PDF_SUFFIXES:
             original = path.read_bytes()  # kept too: Doc2JSON's image mode renders its pages
-            content, page_starts, meta = load_pdf(path, original)
+            loaded = load_pdf(path, original)
+            if loaded is None:
+                server_converts = True
+            else:
+                content, page_starts, meta = loaded
         else:
             content = load_text(path)
             if suffix in (".md", ".markdown"):  # as the server converts Markdown files

@@ -223,7 +223,8 @@ def _readable(folder: Path) -> None:
 
 
 def system_packages() -> None:
-    """PostgreSQL's PL/Python, pgvector >= 0.8 and Chromium from Debian's archive."""
+    """PostgreSQL's PL/Python, pgvector >= 0.8, Chromium and Tesseract OCR from Debian's
+    archive."""
     script = PACKAGE / "system" / "setup-debian.sh"
     if not Path("/etc/debian_version").exists():
         raise InstallError(

@@ -17,6 +17,9 @@ AS $$
     WHEN 'ipynb' THEN 'application/x-ipynb+json'
     WHEN 'rss' THEN 'application/rss+xml' WHEN 'atom' THEN 'application/atom+xml'
     WHEN 'md' THEN 'text/markdown' WHEN 'txt' THEN 'text/plain'
+    WHEN 'png' THEN 'image/png' WHEN 'jpg' THEN 'image/jpeg' WHEN 'jpeg' THEN 'image/jpeg'
+    WHEN 'tif' THEN 'image/tiff' WHEN 'tiff' THEN 'image/tiff' WHEN 'bmp' THEN 'image/bmp'
+    WHEN 'gif' THEN 'image/gif' WHEN 'webp' THEN 'image/webp'
   END
 $$;
 COMMENT ON FUNCTION kb._media_type_of(text) IS

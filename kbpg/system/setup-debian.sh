@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# PostgreSQL's own parts on Debian 12 or 13: the server, PL/Python, pgvector >= 0.8 and
-# headless Chromium. Run as root (or through sudo) by `make setup` and by
+# PostgreSQL's own parts on Debian 12 or 13: the server, PL/Python, pgvector >= 0.8,
+# headless Chromium and Tesseract OCR. Run as root (or through sudo) by `make setup` and by
 # `kbpg server-setup --system-packages`, which then installs what PL/Python imports.
 # Idempotent: each step checks first, so a second run does nothing slow.
 set -euo pipefail
@@ -75,3 +75,7 @@ say "pgvector $(sed -nE "s/^default_version *= *'([^']+)'.*/\1/p" "$EXT_DIR/vect
 # 3. Headless Chromium: it renders web pages for kb.add_url (their script-written text),
 # and chromium-driver lets the Retrieval Lab's browser tests drive it.
 need_pkgs chromium chromium-driver
+
+# 4. Tesseract OCR with its English data: scanned PDF pages and image files are read by it
+# (indexing_config ocr_languages; other languages are tesseract-ocr-<lang> packages).
+need_pkgs tesseract-ocr tesseract-ocr-eng

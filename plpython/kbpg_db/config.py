@@ -307,6 +307,13 @@ class IndexingConfig(Strict):
         pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$",
         description="the PostgreSQL text search configuration BM25 stems and stops words with",
     )
+    ocr_languages: str = Field(
+        "eng",
+        max_length=200,
+        pattern=r"^([A-Za-z_]+(\+[A-Za-z_]+)*)?$",
+        description="Tesseract languages that read scanned PDF pages and image files "
+        "('eng', 'eng+deu'; each needs its tesseract-ocr-<lang> package); '' turns OCR off",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> IndexingConfig:

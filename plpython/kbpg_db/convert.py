@@ -52,6 +52,9 @@ class Limits:
     timeout_s: float = 300.0
     fetch_timeout_s: float = 30.0  # URLs: the fetch, and the render
     max_redirects: int = 10
+    # OCR of scanned pages and images (indexing_config ocr, ocr_languages): Tesseract's
+    # language codes joined by "+"; "" turns OCR off.
+    ocr_languages: str = "eng"
 
 
 @dataclass
@@ -87,6 +90,14 @@ FORMATS: dict[str, str] = {
     ".md": "markdown",
     ".markdown": "markdown",
     ".txt": "text",
+    ".png": "image",
+    ".jpg": "image",
+    ".jpeg": "image",
+    ".tif": "image",
+    ".tiff": "image",
+    ".bmp": "image",
+    ".gif": "image",
+    ".webp": "image",
 }
 # MarkItDown's markdownify options: data: images kept (media extraction takes them out),
 # underscores not escaped (shared_buffers, pg_dump stay one searchable identifier;
@@ -105,6 +116,10 @@ def format_of(file_name: str, data: bytes | None = None) -> str | None:
         head = data[:512].lstrip()
         if head.startswith(b"%PDF-"):
             return "pdf"
+        if data[:8] == b"\x89PNG\r\n\x1a\n" or data[:3] == b"\xff\xd8\xff":
+            return "image"
+        if data[:4] in (b"II*\x00", b"MM\x00*"):
+            return "image"
         if head[:1] in (b"{", b"["):
             return "json"
         if re.match(rb"(?i)<(!doctype html|html|head|body)\b", head):
@@ -453,9 +468,22 @@ class _RowBudget:
 # ---------------------------------------------------------------------------- formats
 
 
-def convert_pdf(data: bytes, limits: Limits) -> Converted:
+# A page whose text layer has fewer word characters than this, and that images cover, is
+# read by OCR (a scan with a stray text line, a page number, a stamp).
+OCR_MIN_WORD_CHARS = 20
+OCR_DPI = 300
+
+
+def _word_chars(text: str) -> int:
+    return len(re.findall(r"\w", text))
+
+
+def convert_pdf(data: bytes, limits: Limits, defer_ocr: bool = False) -> Converted:
     """Every page's text joined by a blank line, each page's start offset, and the
-    outline, or layout headings where there is none."""
+    outline, or layout headings where there is none. A page without a text layer is read
+    by OCR; a damaged file keeps the pages MuPDF can read, and its notes say which not.
+    ``defer_ocr`` (a client that leaves OCR to the server): such pages are listed in
+    ``meta["needs_ocr"]`` instead, and a file of only such pages is no error."""
     import pymupdf
 
     try:
@@ -465,36 +493,269 @@ def convert_pdf(data: bytes, limits: Limits) -> Converted:
     with doc:
         if doc.needs_pass:
             raise ConvertError("is an encrypted PDF; decrypt it first")
+        damaged = bool(doc.is_repaired)
+        if damaged and doc.page_count == 0:
+            raise ConvertError(
+                "is a damaged PDF: no page could be read (MuPDF could not find its pages)",
+                hint="the file may be truncated; get a complete copy",
+            )
+        pymupdf.TOOLS.mupdf_warnings(reset=True)
+        texts: list[str] = []
+        unreadable: list[int] = []
+        scans: list[int] = []
+        for number in range(1, doc.page_count + 1):
+            try:
+                page = doc.load_page(number - 1)
+                text = page.get_text("text").replace("\x00", "").strip()
+                broken = damaged and bool(pymupdf.TOOLS.mupdf_warnings(reset=True))
+            except Exception:
+                text, broken, page = "", True, None
+            if broken and not _word_chars(text):
+                unreadable.append(number)
+                text = ""
+            elif page is not None and not broken and _scanned(page, text):
+                scans.append(number)
+            texts.append(text)
+        if defer_ocr and scans:
+            return Converted("", "pdf", None, {"needs_ocr": scans})
+        ocr = _ocr_pages(doc, scans, texts, limits) if scans else None
+        notes: list[str] = []
+        if unreadable:
+            readable = doc.page_count - len(unreadable)
+            if readable == 0 or not any(_word_chars(t) for t in texts):
+                raise ConvertError(
+                    f"is a damaged PDF: none of its {doc.page_count} page(s) could be read",
+                    hint="the file may be truncated; get a complete copy",
+                )
+            notes.append(
+                f"{readable} of {doc.page_count} pages readable; the file is damaged "
+                f"(pages {_page_list(unreadable)} could not be read)"
+            )
+        if ocr is not None:
+            notes.extend(ocr.pop("notes"))
         parts: list[str] = []
         starts: list[int] = []
         offset = 0
-        try:
-            for page in doc.pages():
-                text = page.get_text("text").replace("\x00", "").strip()
-                starts.append(offset)
-                parts.append(text)
-                offset += len(text) + len(PAGE_SEPARATOR)
-        except Exception as exc:
-            raise ConvertError(f"is damaged; reading its pages failed ({exc})") from None
+        for text in texts:
+            starts.append(offset)
+            parts.append(text)
+            offset += len(text) + len(PAGE_SEPARATOR)
         content = PAGE_SEPARATOR.join(parts)
         if not content.strip():
+            if scans and not limits.ocr_languages:
+                hint = "turn OCR on (indexing_config ocr_languages), or run OCR on it first"
+            elif scans and _tesseract() is None:
+                hint = "install Tesseract (apt install tesseract-ocr tesseract-ocr-eng)"
+            else:
+                hint = "run OCR on it first, e.g. ocrmypdf"
             raise ConvertError(
                 f"has no extractable text in its {len(parts)} page(s) (a scanned PDF "
-                "without a text layer?)",
-                hint="run OCR on it first, e.g. ocrmypdf",
+                "without a text layer, and OCR read nothing?)",
+                hint=hint,
             )
         meta: dict[str, Any] = {"pages": len(parts)}
+        if notes:
+            meta["notes"] = notes
+        if ocr is not None and ocr["pages"]:
+            meta["ocr"] = ocr
         info = doc.metadata or {}
         if info.get("title"):
             meta["pdf_title"] = info["title"]
-        toc = doc.get_toc()
+        try:
+            toc = doc.get_toc()
+        except Exception:
+            toc = []
         if toc:
             meta["toc"] = [{"level": lvl, "title": title, "page": page} for lvl, title, page in toc]
-        else:
+        elif not unreadable:
             headings = layout_headings(doc)
             if headings:
                 meta["pdf_headings"] = headings
     return Converted(content, "pdf", starts, meta)
+
+
+def _scanned(page: Any, text: str) -> bool:
+    """Whether a PDF page is a scan to OCR: next to no text layer, and images covering a
+    quarter of the page or more (a blank page or a short title page is no scan)."""
+    if _word_chars(text) >= OCR_MIN_WORD_CHARS:
+        return False
+    try:
+        boxes = [info["bbox"] for info in page.get_image_info()]
+    except Exception:
+        return False
+    area = abs(page.rect.width * page.rect.height) or 1.0
+    covered = sum(abs((x1 - x0) * (y1 - y0)) for x0, y0, x1, y1 in boxes)
+    return covered >= 0.25 * area
+
+
+def _page_list(numbers: list[int]) -> str:
+    """1, 2, 3, 5, 7, 8 as "1-3, 5, 7-8"."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _tesseract() -> str | None:
+    """The Tesseract command: KBPG_TESSERACT, else on PATH, else Debian's."""
+    import shutil
+
+    found = os.environ.get("KBPG_TESSERACT") or shutil.which("tesseract")
+    if found:
+        return found
+    return "/usr/bin/tesseract" if os.path.exists("/usr/bin/tesseract") else None
+
+
+@dataclass
+class OcrPage:
+    text: str
+    confidence: float | None  # Tesseract's mean word confidence, 0..1
+    words: int
+
+
+def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage:
+    """One image's text by Tesseract (its TSV output: word boxes with confidences),
+    lines in reading order, a blank line between paragraphs."""
+    import subprocess
+
+    command = _tesseract()
+    if command is None:
+        raise ConvertError(
+            "needs OCR, and Tesseract is not installed",
+            hint="install it: apt install tesseract-ocr tesseract-ocr-eng "
+            "(kbpg server-setup --system-packages does)",
+        )
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    try:
+        out = subprocess.run(
+            [command, "stdin", "stdout", "-l", languages, "--dpi", str(dpi), "tsv"],
+            input=png,
+            capture_output=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ConvertError(f"took OCR more than {timeout_s:.0f} s on one page") from None
+    if out.returncode != 0:
+        err = out.stderr.decode("utf-8", "replace").strip().splitlines()
+        message = err[-1] if err else f"exit status {out.returncode}"
+        if "Failed loading language" in out.stderr.decode("utf-8", "replace"):
+            raise ConvertError(
+                f"needs OCR in {languages!r}, and Tesseract has no such language data",
+                hint="install its language package (apt install tesseract-ocr-<lang>), or "
+                "set indexing_config ocr_languages to installed ones",
+            )
+        raise ConvertError(f"could not be read by OCR: {message}")
+    lines: dict[tuple[int, int, int, int], list[str]] = {}
+    confidences: list[float] = []
+    for row in out.stdout.decode("utf-8", "replace").splitlines()[1:]:
+        cells = row.split("\t")
+        if len(cells) < 12 or cells[0] != "5" or not cells[11].strip():
+            continue
+        conf = float(cells[10])
+        if conf < 0:
+            continue
+        key = (int(cells[1]), int(cells[2]), int(cells[3]), int(cells[4]))
+        lines.setdefault(key, []).append(cells[11].strip())
+        confidences.append(conf / 100)
+    text_parts: list[str] = []
+    previous: tuple[int, int, int] | None = None
+    for key in sorted(lines):
+        paragraph = key[:3]
+        if previous is not None and paragraph != previous:
+            text_parts.append("")
+        text_parts.append(" ".join(lines[key]))
+        previous = paragraph
+    mean = round(sum(confidences) / len(confidences), 3) if confidences else None
+    return OcrPage("\n".join(text_parts).strip(), mean, len(confidences))
+
+
+def _ocr_pages(
+    doc: Any, numbers: list[int], texts: list[str], limits: Limits
+) -> dict[str, Any] | None:
+    """OCR of the pages ``numbers`` (1-based) of ``doc``, in place in ``texts``; what was
+    read, for the document's source_meta."""
+    if not limits.ocr_languages:
+        return None
+    if _tesseract() is None:
+        return {
+            "pages": [],
+            "notes": [
+                f"pages {_page_list(numbers)} have no text layer and were not read: "
+                "Tesseract is not installed (apt install tesseract-ocr tesseract-ocr-eng)"
+            ],
+        }
+    import pymupdf
+
+    pages: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for number in numbers:
+        try:
+            pix = doc.load_page(number - 1).get_pixmap(dpi=OCR_DPI, colorspace=pymupdf.csGRAY)
+            png = pix.tobytes("png")
+            del pix
+            read = ocr_image(png, limits.ocr_languages, OCR_DPI, limits.timeout_s)
+        except ConvertError as exc:
+            if "Tesseract" in str(exc) or "language data" in str(exc):
+                raise
+            notes.append(f"page {number} could not be read by OCR: {exc}")
+            continue
+        except Exception as exc:
+            notes.append(f"page {number} could not be read by OCR: {exc}")
+            continue
+        if _word_chars(read.text) > _word_chars(texts[number - 1]):
+            texts[number - 1] = read.text
+            pages.append({"page": number, "confidence": read.confidence, "words": read.words})
+    confs = [p["confidence"] for p in pages if p["confidence"] is not None]
+    return {
+        "engine": "tesseract",
+        "languages": limits.ocr_languages,
+        "pages": pages,
+        "confidence": round(sum(confs) / len(confs), 3) if confs else None,
+        "notes": notes,
+    }
+
+
+def convert_image(data: bytes, limits: Limits) -> Converted:
+    """An image file (PNG, JPEG, TIFF with its pages, BMP, GIF, WebP) read by OCR: a page
+    per frame, as a scanned PDF's."""
+    import pymupdf
+
+    if not limits.ocr_languages:
+        raise ConvertError(
+            "is an image, and OCR is off for this knowledge base",
+            hint="set indexing_config ocr_languages (for example 'eng') to read images",
+        )
+    try:
+        doc = pymupdf.open(stream=data)
+        if not doc.is_pdf and doc.page_count == 0:
+            raise ValueError("no image in it")
+    except Exception as exc:
+        raise ConvertError(f"cannot be opened as an image ({exc})") from None
+    with doc:
+        texts = [""] * doc.page_count
+        ocr = _ocr_pages(doc, list(range(1, doc.page_count + 1)), texts, limits)
+    assert ocr is not None
+    notes = ocr.pop("notes")
+    if not ocr["pages"]:
+        raise ConvertError(
+            "has no text that OCR could read" + (f" ({notes[0]})" if notes else ""),
+            hint="install Tesseract (apt install tesseract-ocr tesseract-ocr-eng)"
+            if _tesseract() is None
+            else None,
+        )
+    starts, offset = [], 0
+    for text in texts:
+        starts.append(offset)
+        offset += len(text) + len(PAGE_SEPARATOR)
+    meta: dict[str, Any] = {"pages": len(texts), "ocr": ocr}
+    if notes:
+        meta["notes"] = notes
+    return Converted(PAGE_SEPARATOR.join(texts), "image", starts, meta)
 
 
 _NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)[.)]?\s+\S")
@@ -1200,6 +1461,8 @@ def convert(data: bytes, file_name: str, limits: Limits | None = None) -> Conver
         )
     if fmt == "pdf":
         out = convert_pdf(data, limits)
+    elif fmt == "image":
+        out = convert_image(data, limits)
     elif fmt == "docx":
         out = convert_docx(data, limits)
     elif fmt == "pptx":

@@ -124,6 +124,18 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
         return None
     d = doc[0]
     limits = convert_limits(plpy)
+    # OCR's languages: the newest generation's (a reindex converts with the new settings).
+    ocr = plpy.execute(
+        plpy.prepare(
+            "SELECT coalesce(i.indexing_config->>'ocr_languages', 'eng') AS languages "
+            "FROM kb.kb_index i WHERE i.kb_id = $1 AND i.status IN ('active', 'building') "
+            "ORDER BY i.id DESC LIMIT 1",
+            ["integer"],
+        ),
+        [kb_id],
+    )
+    if ocr:
+        limits.ocr_languages = ocr[0]["languages"]
     if d["data"] is not None:
         request: dict[str, Any] = {"file_name": d["file_name"]}
         data = bytes(d["data"])

@@ -241,11 +241,12 @@ CASES = [
     ),
     Case(
         "add_file",
-        "SELECT * FROM kb.add_file('docs', 'photo.png', '\\x89504e47'::bytea)",
+        "SELECT * FROM kb.add_file('docs', 'clip.mp4', '\\x0000001866747970'::bytea)",
         "22023",
-        'file "photo.png" has an unsupported type',
-        hint="kbpg converts .atom, .csv, .docx, .epub, .htm, .html, .ipynb, .json, .markdown, "
-        ".md, .pdf, .pptx, .rss, .rst, .tsv, .txt, .xhtml, .xls, .xlsm, .xlsx, .xml files",
+        'file "clip.mp4" has an unsupported type',
+        hint="kbpg converts .atom, .bmp, .csv, .docx, .epub, .gif, .htm, .html, .ipynb, .jpeg, "
+        ".jpg, .json, .markdown, .md, .pdf, .png, .pptx, .rss, .rst, .tif, .tiff, .tsv, .txt, "
+        ".webp, .xhtml, .xls, .xlsm, .xlsx, .xml files",
     ),
     Case(
         "add_file",

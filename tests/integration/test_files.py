@@ -197,9 +197,9 @@ def test_add_file_checks_its_arguments(client: Client, conn: psycopg.Connection)
     client.create_knowledge_base("args")
     cases = [
         (
-            ("args", "picture.png", b"\x89PNG\r\n"),
+            ("args", "clip.mp4", b"\x00\x00\x00\x18ftypmp42"),
             psycopg.errors.InvalidParameterValue,
-            'file "picture.png" has an unsupported type',
+            'file "clip.mp4" has an unsupported type',
         ),
         (("args", "", b"x"), psycopg.errors.InvalidParameterValue, "file_name must name the file"),
         (
@@ -401,3 +401,47 @@ def test_urls_fetched_rendered_and_converted(
     ).fetchone()
     assert kept is not None and b"zebrafish" in bytes(kept[0])
     assert client.add_url("web", site + "/js.html").action == "replaced"  # fetched anew
+
+
+def test_scans_and_images_are_read_by_ocr_in_the_job(
+    client: Client, conn: psycopg.Connection, tmp_path: Path
+) -> None:
+    from tests import scans
+    from tests.unit.test_ocr import needs_tesseract
+
+    if needs_tesseract.args[0]:
+        pytest.skip(needs_tesseract.kwargs["reason"])
+    client.create_knowledge_base("scans")
+    words = scans.paragraphs(11, 2, 30)
+    png = scans.scan_png([words], dpi=200, angle=0.7)
+    _add(conn, "scans", "notice.png", png)
+    typed = "The harbour office opens at six."
+    pdf = scans.scanned_pdf(
+        [b"", scans.scan_png([scans.paragraphs(12, 2, 30)], dpi=200)], {1: typed}
+    )
+    (tmp_path / "ledger.pdf").write_bytes(pdf)
+    (tmp_path / "photo.jpg").write_bytes(png)  # PNG bytes named .jpg: read by what they are
+    code = kbpg_main(["--dsn", conn.info.dsn, "ingest", "scans", str(tmp_path), "--wait"])
+    assert code == 0
+    run_worker(conn.info.dsn)
+    status = _status(conn, "scans")
+    assert {t: s["status"] for t, s in status.items()} == {
+        "notice.png": "ready",
+        "ledger.pdf": "ready",
+        "photo.jpg": "ready",
+    }, status
+    meta = conn.execute(
+        "SELECT d.title, d.source_meta FROM kb.document d JOIN kb.knowledge_base k "
+        "ON k.id = d.kb_id WHERE k.name = 'scans'"
+    ).fetchall()
+    ocr = {title: m["ocr"] for title, m in meta}
+    assert [p["page"] for p in ocr["ledger.pdf"]["pages"]] == [2]
+    assert ocr["notice.png"]["engine"] == "tesseract" and ocr["notice.png"]["confidence"] > 0.5
+    # The scanned page's words are found, past the start of page 2.
+    (starts,) = conn.execute(
+        "SELECT page_starts FROM kb.document WHERE title = 'ledger.pdf'"
+    ).fetchone() or (None,)
+    word = scans.paragraphs(12, 2, 30)[1].split()[:6]
+    hits = client.search("scans", " ".join(word), method="full_text", top_k=3)
+    assert any(h.title == "ledger.pdf" and h.char_end > starts[1] for h in hits), hits
+    assert _chunks(conn, "ledger.pdf")[0][0].startswith(typed)

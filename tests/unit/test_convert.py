@@ -228,9 +228,10 @@ def test_format_by_extension_then_content() -> None:
     assert convert.format_of("noext", b"%PDF-1.7\n...") == "pdf"
     assert convert.format_of("noext", b"  <!DOCTYPE html><html>") == "html"
     assert convert.format_of("noext", b'{"a": 1}') == "json"
-    assert convert.format_of("image.png", b"\x89PNG") is None
-    with pytest.raises(ConvertError, match=r"unsupported file type \(\.png\)"):
-        convert.convert(b"\x89PNG....", "image.png")
+    assert convert.format_of("image.png", b"\x89PNG") == "image"
+    assert convert.format_of("clip.mp4", b"\x00\x00\x00\x18ftypmp42") is None
+    with pytest.raises(ConvertError, match=r"unsupported file type \(\.mp4\)"):
+        convert.convert(b"\x00\x00\x00\x18ftypmp42", "clip.mp4")
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ def test_text_and_pdf(tmp_path: Path) -> None:
             b"%PDF-1.7\n1 0 obj\n<< /Type /Catalog",
             "cannot be opened|damaged|no extractable",
         ),
-        ("picture.png", b"\x89PNG\r\n", "unsupported file type .png"),
+        ("movie.mp4", b"\x00\x00\x00\x18ftypmp42", "unsupported file type .mp4"),
     ],
 )
 def test_bad_files(tmp_path: Path, name: str, data: bytes, message: str) -> None:
