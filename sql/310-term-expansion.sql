@@ -68,6 +68,17 @@ BEGIN
        AND i.n_chunks > 0
        AND s.seen IS DISTINCT FROM i.n_chunks || '/' || i.total_len
      ORDER BY i.id LOOP
+    -- The KB's row, then the generation's, as kb.drop_knowledge_base and a reindex lock
+    -- them, or none: where either is locked for a drop or a reindex, this refresh steps
+    -- back (the generation is tried again on a later call). Taken the other way round,
+    -- a drop that deleted the generation and waits for this refresh's table lock (its
+    -- HNSW index's DROP INDEX) and this refresh's write that waits for the deleted row
+    -- would each wait for the other: a deadlock.
+    PERFORM 1 FROM kb.knowledge_base k WHERE k.id = v_ix.kb_id FOR KEY SHARE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    PERFORM 1 FROM kb.kb_index i WHERE i.kb_id = v_ix.kb_id AND i.id = v_ix.id
+       FOR KEY SHARE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
     v_seen := v_ix.n_chunks || '/' || v_ix.total_len;
     v_error := NULL;
     BEGIN

@@ -301,3 +301,64 @@ def test_a_kb_without_vectors_searches_its_own_words_and_says_so(
     assert rows[0][0] is None and rows[0][1]["term_expansion"]["words"]
     assert "embedding" in rows[0][1] and provider.embedding_calls > calls
     assert json.dumps(rows[0][1])  # usage stays JSON
+
+
+def test_dropping_a_kb_during_a_refresh_waits_instead_of_deadlocking(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    import threading
+    import time
+
+    build(client, conn, provider, "gone", {"method": "full_text"})
+    dsn = conn.info.dsn
+    done: dict[str, Any] = {}
+
+    def run(name: str, statement: str) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("SET kb.fake_key = 'test-key'")
+                done[name] = other.execute(statement).fetchall()
+        except psycopg.Error as exc:
+            done[name] = exc
+
+    # The refresh embeds the KB's words slowly; the drop comes in the meantime. Before,
+    # the refresh held its table lock but no lock on the generation: the drop deleted the
+    # generation and waited for that table lock (DROP INDEX term_vector_hnsw_N), and the
+    # refresh's insert then waited for the deleted row: "deadlock detected" (or, where the
+    # drop went through first, a foreign-key error on the generation gone beneath it).
+    provider.embed_delay = 1.5
+    refresh = threading.Thread(
+        target=run, args=("refresh", "SELECT added, error FROM kb.refresh_term_vectors('gone')")
+    )
+    refresh.start()
+    time.sleep(0.7)
+    drop = threading.Thread(target=run, args=("drop", "SELECT kb.drop_knowledge_base('gone')"))
+    drop.start()
+    refresh.join(60)
+    drop.join(60)
+    provider.embed_delay = 0.0
+    assert not isinstance(done["refresh"], Exception), done["refresh"]
+    assert not isinstance(done["drop"], Exception), done["drop"]
+    ((added, error),) = done["refresh"]
+    assert error is None and added > 0
+    assert done["drop"] == [(True,)]
+    assert conn.execute("SELECT count(*) FROM kb.term_vector").fetchone() == (0,)
+
+
+def test_a_refresh_steps_back_while_a_drop_is_open(
+    client: Client, conn: psycopg.Connection, provider: FakeProvider
+) -> None:
+    build(client, conn, provider, "going", {"method": "full_text"})
+    with psycopg.connect(conn.info.dsn) as dropping:
+        dropping.execute("SELECT kb.drop_knowledge_base('going')")
+        # Uncommitted: the refresh neither waits for the drop's locks nor deadlocks.
+        conn.execute("SET kb.fake_key = 'test-key'")
+        conn.execute("SET statement_timeout = '5s'")
+        assert conn.execute("SELECT * FROM kb.refresh_term_vectors('going')").fetchall() == []
+        conn.execute("RESET statement_timeout")
+        dropping.rollback()
+    # Once the drop is gone, the refresh does its work.
+    ((added, error),) = conn.execute(
+        "SELECT added, error FROM kb.refresh_term_vectors('going')"
+    ).fetchall()
+    assert error is None and added > 0
