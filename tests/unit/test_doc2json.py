@@ -129,6 +129,27 @@ def test_grounding_exact_case_number_fuzzy_and_none() -> None:
     assert ground(34)["match"] == "none"  # digits inside 1,234.50 are not the number 34
 
 
+def test_grounding_never_approximates_a_number_date_or_version() -> None:
+    text = (
+        "Data were collected from 2000-2018 across 12 sites, with release v3.2.1 of the "
+        "pipeline; the survey ran on 14 March 2019 in the northern districts."
+    )
+    ground = d.grounder(text, 0, len(text))
+    # One digit off: before, "approximate" with the span "2000-201" at similarity 0.94.
+    assert ground("2000-2019") == {"match": "none"}
+    assert ground("v3.2.2 of the pipeline") == {"match": "none"}
+    assert ground("15 March 2019") == {"match": "none"}
+    exact = ground("2000-2018")
+    assert exact["match"] == "exact"
+    # Wording may differ; the numbers are there whole and the span covers them.
+    loose = ground("collected from 2000-2018 accross 12 site")
+    assert loose["match"] == "fuzzy"
+    span = text[loose["char_start"] : loose["char_end"]]
+    assert "2000-2018" in span and "12" in span and not span.endswith("201")
+    wording = ground("northern district")
+    assert wording["match"] in ("fuzzy", "exact")
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     words=st.lists(

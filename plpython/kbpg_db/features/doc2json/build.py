@@ -337,10 +337,29 @@ def grounder(text: str, start: int, end: int) -> Any:
         found = _fuzzy(lowered, needle.lower())
         if found is not None:
             a, b, ratio = found
+            if _DIGITS.search(needle):
+                # Approximate grounding is for wording: a number, date or version must be
+                # in the text as it is. The span grows to whole words, and its numbers
+                # must be the value's ("2000-2019" is not grounded on "2000-2018").
+                a, b = _whole_words(window, a, b)
+                if _DIGITS.findall(window[a:b]) != _DIGITS.findall(needle):
+                    return {"match": "none"}
             return {**_span(start + a, start + b, "fuzzy"), "ratio": round(ratio, 3)}
         return {"match": "none"}
 
     return ground
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _whole_words(text: str, a: int, b: int) -> tuple[int, int]:
+    """``text[a:b]`` widened to the word (or number) it starts and ends inside."""
+    while a > 0 and text[a - 1].isalnum() and text[a].isalnum():
+        a -= 1
+    while b < len(text) and b > 0 and text[b].isalnum() and text[b - 1].isalnum():
+        b += 1
+    return a, b
 
 
 def _find_number(window: str, form: str) -> int:
