@@ -122,45 +122,132 @@ def _title_label(title: str) -> tuple[str | None, str] | None:
     return (_WORDS.get(word.lower()) if word else None), label.lower()
 
 
-class Resolver:
-    """Explicit references in a section's text, resolved to other nodes of its document."""
+# The words around a reference that say where it points. Before it, another work it is in:
+# "the Style Guide, Chapter 2", "the Developer's Handbook, Chapter 4", "RFC 9110, Section 4"
+# (a capitalised name ending in a word for a work); after it, "of the Style Guide".
+_WORK_NOUN = (
+    r"(?:Guide|Handbook|Manual|Reference|Specification|Spec|Standard|Book|Documentation|"
+    r"Tutorial|Primer|FAQ|Act|Regulation|Directive|Code|Report|Paper|Whitepaper|Edition|"
+    r"Volume|Vol\.|Series|Cookbook|Notes|RFC\s?\d+|ISO\s?\d+(?:[-:]\d+)*)"
+)
+_WORK_BEFORE = re.compile(
+    r"(?:^|[\s(\[])(?P<det>this|the|our|its|their|his|her|an?)?\s*"
+    r"(?P<work>(?:[A-Z0-9][\w'\u2019&.-]*\s+){0,5}" + _WORK_NOUN + r")"
+    r"\s*(?:,|'s|\u2019s|:|\(|\s[-\u2013\u2014])?\s*(?:in\s+|at\s+)?$"
+)
+_WORK_AFTER = re.compile(
+    r"^\s*(?:of|in)\s+(?P<det>this|the|our|its|their|an?)?\s*"
+    r"(?P<work>(?:[A-Z0-9][\w'\u2019&.-]*\s+){0,5}" + _WORK_NOUN + r")\b"
+)
+# After a single label, the title it names: quoted ('Section 3.5, "System management"'),
+# in brackets, or after a dash or colon ("Chapter 2 - Page Layout").
+_TITLE_AFTER = re.compile(
+    r"^\s*(?:,\s*)?(?:[\u201c\"\u2018'](?P<quoted>[^\u201d\"\u2019'\n]{2,120})[\u201d\"\u2019']"
+    r"|\(\s*[\u201c\"]?(?P<bracketed>[^)\u201d\"\n]{2,100}?)[\u201d\"]?\s*\))"
+    r"|^\s*(?:[-\u2013\u2014]|:)\s*(?P<dashed>[A-Z][^.;,:!?()\n]{1,80})"
+)
+_SENTENCE_END = re.compile(r"[.;!?]\s|\n")
 
-    def __init__(self, nodes: list[pi.Node]) -> None:
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _agrees(named: str, title: str) -> bool:
+    """Whether a title given beside a reference is the target section's own title (its
+    label left out), allowing for a word more or less and different punctuation."""
+    import difflib
+
+    a, b = _words(named), _words(title)
+    if not a or not b:
+        return False
+    joined_a, joined_b = " ".join(a), " ".join(b)
+    if joined_a in joined_b or joined_b in joined_a:
+        return True
+    overlap = len(set(a) & set(b)) / min(len(set(a)), len(set(b)))
+    return overlap >= 0.6 or difflib.SequenceMatcher(None, joined_a, joined_b).ratio() >= 0.75
+
+
+class Resolver:
+    """Explicit references in a section's text, resolved to other nodes of its document.
+    The words around a label must agree with the target: a reference into another work
+    ("the Style Guide, Chapter 2") is no edge into this document, and a title given beside
+    the label ("Section 3.5, \u201cSystem management\u201d") picks the section of that
+    title among those of the same label, or none."""
+
+    def __init__(self, nodes: list[pi.Node], names: list[str] | None = None) -> None:
         self.by_label: dict[tuple[str | None, str], list[int]] = {}
         self.by_anchor: dict[str, int] = {}
+        self.titles: list[str] = []
         for i, node in enumerate(nodes):
+            m = _TITLE.match(node.title) if node.has_heading else None
+            self.titles.append(node.title[m.end() :].strip(" .:-\u2013\u2014") if m else node.title)
             if not node.has_heading:
                 continue
             found = _title_label(node.title)
             if found is not None:
                 self.by_label.setdefault(found, []).append(i)
             self.by_anchor.setdefault(slug(node.title), i)
+        # This document's own names ("this Handbook" too): a reference naming one of them
+        # is into this document.
+        self.names = [" ".join(_words(n)) for n in names or [] if _words(n)]
+        self.external = 0
+
+    def _candidates(self, word: str, label: str) -> list[int]:
+        exact = self.by_label.get((word, label), [])
+        if not exact and label[0].isdigit() and word in ("section", "article", "chapter"):
+            return self.by_label.get((None, label), [])
+        return exact
 
     def _label(self, word: str, label: str) -> int | None:
-        exact = self.by_label.get((word, label), [])
-        if len(exact) == 1:
-            return exact[0]
-        if not exact and label[0].isdigit() and word in ("section", "article", "chapter"):
-            bare = self.by_label.get((None, label), [])
-            if len(bare) == 1:
-                return bare[0]
-        return None  # missing or ambiguous: left to the LLM
+        found = self._candidates(word, label)
+        return found[0] if len(found) == 1 else None  # missing or ambiguous: the LLM's
+
+    def _other_work(self, text: str, start: int, end: int) -> bool:
+        """Whether the reference at text[start:end] names a work other than this one."""
+        before = text[max(0, start - 120) : start]
+        cut = list(_SENTENCE_END.finditer(before))
+        if cut:
+            before = before[cut[-1].end() :]
+        m = _WORK_BEFORE.search(before) or _WORK_AFTER.match(text[end : end + 120])
+        if m is None or (m.group("det") or "").lower() == "this":
+            return False
+        work = " ".join(_words(m.group("work")))
+        return not any(work in name or name in work for name in self.names)
 
     def find(self, text: str) -> tuple[list[tuple[int, str]], int]:
         """(target ordinal, phrase) per resolved reference, and how many explicit ones
-        did not resolve."""
+        did not resolve. References into other works are counted in ``external``."""
         out: list[tuple[int, str]] = []
         unresolved = 0
         for m in _REF.finditer(text):
             word = _WORDS.get(m.group("word").lower(), "section")
-            for label in _ONE_LABEL.findall(m.group("labels")):
-                if label.isalpha() and not label.isupper():
-                    continue  # "part a": a lower-case letter is a word, not a label
-                target = self._label(word, label.lower())
-                if target is None:
-                    unresolved += 1
+            labels = [
+                label
+                for label in _ONE_LABEL.findall(m.group("labels"))
+                # "part a": a lower-case letter is a word, not a label
+                if not (label.isalpha() and not label.isupper())
+            ]
+            if not labels:
+                continue
+            if self._other_work(text, m.start(), m.end()):
+                self.external += len(labels)
+                continue
+            named = _TITLE_AFTER.match(text[m.end() : m.end() + 160]) if len(labels) == 1 else None
+            title = next((g for g in named.groups() if g), None) if named else None
+            for label in labels:
+                found = self._candidates(word, label.lower())
+                if title is not None:
+                    agreeing = [t for t in found if _agrees(title, self.titles[t])]
+                    if not agreeing and found:
+                        self.external += 1  # the title is another section's, or another work's
+                        continue
+                    found = agreeing
+                if len(found) == 1:
+                    phrase = m.group(0) + (text[m.end() : m.end() + named.end()] if named else "")
+                    out.append((found[0], phrase.strip()))
                 else:
-                    out.append((target, m.group(0)))
+                    unresolved += 1
         for m in _ANCHOR_LINK.finditer(text):
             target = self.by_anchor.get(m.group(2).lower())
             if target is None:
@@ -226,7 +313,9 @@ def references(
     text = doc.content
     nodes = tree.nodes
     index = {id(n): i for i, n in enumerate(nodes)}
-    resolver = Resolver(nodes)
+    names = [doc.title, str(doc.metadata.get("pdf_title") or "")]
+    names += [n.title for n in nodes if n.parent is None and n.has_heading][:1]
+    resolver = Resolver(nodes, names)
     refs: list[Ref] = []
     ask: list[int] = []
     titles = {
@@ -252,6 +341,7 @@ def references(
                 ask.append(i)
     stats: dict[str, Any] = {
         "rule_edges": len(refs),
+        "external_references": resolver.external,
         "llm_edges": 0,
         "sections_asked": 0,
         "dropped_unknown_ids": 0,
