@@ -218,7 +218,7 @@ class _Api:
             )
         return Call(
             "SELECT document_id, action FROM kb.put_document($1, $2, $3, $4::jsonb, $5, $6, "
-            "$7::integer[], $8::bytea, $9)",
+            "$7::integer[], $8::bytea, $9, $10::jsonb)",
             [
                 kb,
                 doc.title,
@@ -229,6 +229,7 @@ class _Api:
                 doc.page_starts,
                 doc.file,
                 doc.file_name,
+                Json(doc.regions) if doc.regions else None,
             ],
             lambda rows: PutResult(int(rows[0]["document_id"]), rows[0]["action"], doc.title),
         )

@@ -65,6 +65,9 @@ class LoadedDocument:
     file: bytes | None = None  # the original file, kept beside the text (PDFs)
     file_name: str | None = None
     convert: bool = False  # content is empty: the server converts ``file`` (kb.add_file)
+    # Where each stretch of a PDF's text sits on its pages (convert.Region rows), stored in
+    # the document's source_meta, not its metadata (chunks copy their document's metadata).
+    regions: list[list[Any]] | None = None
 
 
 def max_bytes() -> int:
@@ -143,6 +146,7 @@ def load_file(
         )
     meta: dict[str, Any] = {}
     page_starts = None
+    regions = None
     original = None
     content = ""
     server_converts = suffix in CONVERTED_SUFFIXES or (suffix in PDF_SUFFIXES and not reads_pdf())
@@ -156,6 +160,7 @@ def load_file(
                 server_converts = True
             else:
                 content, page_starts, meta = loaded
+                regions = meta.pop("regions", None)
         else:
             content = load_text(path)
             if suffix in (".md", ".markdown"):  # as the server converts Markdown files
@@ -194,6 +199,7 @@ def load_file(
         usage_mode=usage_mode,
         file=original,
         file_name=path.name if original is not None else None,
+        regions=regions,
     )
 
 

@@ -345,6 +345,29 @@ COMMENT ON FUNCTION kb._rerank(jsonb, text, text[]) IS
   'Internal: one score per document for the query (a local ONNX cross-encoder, a provider''s '
   'rerank model, or a chat model''s listwise ranking) and what an LLM ranking cost.';
 
+CREATE OR REPLACE FUNCTION kb._py_chunk_origins(source_meta jsonb, spans jsonb) RETURNS jsonb
+LANGUAGE plpython3u IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.chunk_origins(source_meta, spans)
+$$;
+CREATE OR REPLACE FUNCTION kb._chunk_origins(source_meta jsonb, spans jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  RETURN kb._py_chunk_origins(source_meta, spans);
+/*@reraise_expected*/
+END
+$$;
+COMMENT ON FUNCTION kb._chunk_origins(jsonb, jsonb) IS
+  'Internal: each chunk''s regions on its pages ({"regions": [{"page", "bbox"}], "ocr": '
+  '{"engine", "confidence"}}) by ordinal, from a document''s recorded regions and its '
+  'chunks'' [ordinal, char_start, char_end].';
+
 CREATE OR REPLACE FUNCTION kb._py_count_tokens(content text) RETURNS integer
 LANGUAGE plpython3u IMMUTABLE STRICT
 SET search_path = kb, pg_catalog, pg_temp

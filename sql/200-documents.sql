@@ -100,6 +100,33 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION kb._check_regions(p_title text, p_regions jsonb, p_length integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  IF p_regions IS NULL THEN
+    RETURN;
+  END IF;
+  IF jsonb_typeof(p_regions) <> 'array' OR EXISTS (
+       SELECT 1 FROM jsonb_array_elements(p_regions) r
+        WHERE jsonb_typeof(r) <> 'array' OR jsonb_array_length(r) NOT IN (7, 8)
+           OR EXISTS (SELECT 1 FROM jsonb_array_elements(r) WITH ORDINALITY v(x, i)
+                       WHERE i <= 7 AND jsonb_typeof(x) <> 'number'
+                          OR i = 8 AND jsonb_typeof(x) NOT IN ('number', 'null'))
+           OR (r->>0)::numeric < 0 OR (r->>1)::numeric < (r->>0)::numeric
+           OR (r->>1)::numeric > p_length OR (r->>2)::numeric < 1) THEN
+    RAISE EXCEPTION 'regions of document "%" must be an array of [char_start, char_end, page, x0, y0, x1, y1] within its text', p_title
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'offsets count characters of the text, pages from 1; boxes are in PDF points';
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION kb._check_regions(text, jsonb, integer) IS
+  'Internal: a document''s regions are rows [char_start, char_end, page, x0, y0, x1, y1] '
+  '(and a confidence) within its text.';
+
 CREATE OR REPLACE FUNCTION kb._upsert_document(
     p_kb kb.knowledge_base, p_title text, p_content text, p_hash text, p_metadata jsonb,
     p_source_uri text, p_usage_mode text, p_page_starts integer[], p_file bytea,
@@ -121,6 +148,8 @@ BEGIN
        AND v_old.metadata = p_metadata AND v_old.usage_mode = p_usage_mode
        AND v_old.page_starts IS NOT DISTINCT FROM p_page_starts
        AND v_old.source_format IS NOT DISTINCT FROM p_source_format
+       -- Text given with its regions: new regions (a reader that records them) re-index.
+       AND (p_source_format IS NOT NULL OR v_old.source_meta IS NOT DISTINCT FROM p_source_meta)
        AND (p_file IS NULL OR EXISTS (SELECT 1 FROM kb.document_file f
                                        WHERE f.kb_id = p_kb.id AND f.document_id = v_old.id
                                          AND f.sha256 = v_fhash)) THEN
@@ -174,7 +203,8 @@ CREATE OR REPLACE FUNCTION kb.put_document(
     usage_mode text DEFAULT 'rag',
     page_starts integer[] DEFAULT NULL,
     file bytea DEFAULT NULL,
-    file_name text DEFAULT NULL
+    file_name text DEFAULT NULL,
+    regions jsonb DEFAULT NULL
 ) RETURNS TABLE (document_id bigint, action text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -201,21 +231,29 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   PERFORM kb._check_file(title, file);
+  PERFORM kb._check_regions(title, regions, length(content));
   -- Inline base64 media (data: URIs) leave the text for kb.document_media; page_starts
   -- point into the text as given, so a paged text keeps its media inline.
   IF page_starts IS NULL AND strpos(content, ';base64,') > 0 THEN
     SELECT m.content, m.media INTO v_text, v_media FROM kb._extract_media(content) m;
   END IF;
   RETURN QUERY SELECT * FROM kb._upsert_document(v_kb, title, v_text, md5(content), metadata,
-    source_uri, usage_mode, page_starts, file, file_name, NULL, NULL, NULL, v_media);
+    source_uri, usage_mode, page_starts, file, file_name, NULL,
+    -- Regions point into the text as given: kept only where it stays as given.
+    CASE WHEN regions IS NOT NULL AND v_text = content
+         THEN jsonb_build_object('regions', regions) END,
+    NULL, v_media);
 END
 $$;
-COMMENT ON FUNCTION kb.put_document(text, text, text, jsonb, text, text, integer[], bytea, text) IS
+COMMENT ON FUNCTION kb.put_document(text, text, text, jsonb, text, text, integer[], bytea, text,
+    jsonb) IS
   'Adds a document, or replaces the one with the same title, and queues its indexing in the '
   'same transaction. action is added, replaced or unchanged (same text: nothing to do). file '
   'keeps the original file (a PDF) beside the text, for strategies that read it; NULL keeps '
   'the file stored before. Base64 data: URIs in the text are stored in kb.document_media '
-  'and replaced by kbpg-media: references.';
+  'and replaced by kbpg-media: references. regions: where stretches of the text sit on its '
+  'pages, [[char_start, char_end, page, x0, y0, x1, y1], ...] in PDF points (what kbpg '
+  'ingest''s PDF reader records); each chunk gets the boxes its text overlaps.';
 
 CREATE OR REPLACE FUNCTION kb.add_document(
     kb text,

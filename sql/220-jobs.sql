@@ -299,6 +299,7 @@ DECLARE
   v_err  text;
   v_kb   integer;
   v_hw   integer;
+  v_origin jsonb;
 BEGIN
   -- The row lock is held until this transaction ends: while this backend works, no
   -- other worker can claim the job, even if its lease runs out.
@@ -393,15 +394,23 @@ BEGIN
      WHERE c.kb_id = v_kb AND c.document_id = v_doc.id AND c.index_id = v_ix.id;
   END IF;
   v_hw := kb._heading_weight(v_ix.indexing_config);
+  -- Where each chunk's text sits on its pages, for a document whose conversion recorded
+  -- it (a PDF or an image): its boxes, and OCR's confidence where OCR read it.
+  IF v_doc.source_meta ? 'regions' THEN
+    v_origin := kb._chunk_origins(v_doc.source_meta,
+      (SELECT jsonb_agg(jsonb_build_array(c.ordinal, c.char_start, c.char_end))
+         FROM unnest(v_res.chunks) c));
+  END IF;
   WITH payload AS (
     SELECT c.*, kb.chunk_tsvector(v_ix.indexing_config, c.embed_text, c.heading_path) AS tsv
     FROM unnest(v_res.chunks) c
   ), ins AS (
     INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count,
-                          heading_path, page, char_start, char_end, metadata, tsv, doc_len)
+                          heading_path, page, char_start, char_end, metadata, tsv, doc_len,
+                          origin)
     SELECT v_ix.id, v_ix.kb_id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
            p.char_start, p.char_end, v_doc.metadata, p.tsv,
-           kb.tsvector_length(p.tsv, v_hw)
+           kb.tsvector_length(p.tsv, v_hw), v_origin->(p.ordinal::text)
     FROM payload p
     RETURNING id, ordinal
   ), vec AS (

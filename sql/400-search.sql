@@ -514,7 +514,9 @@ BEGIN
          END,
          s.chunk_id, s.score, s.vector_rank, s.vector_score, s.bm25_rank,
          s.bm25_score, s.fused_rank, s.fused_score, s.rerank_rank, s.rerank_score, s.method,
-         s.note, s.usage, d.id, d.title, c.content, c.heading_path, c.page, d.metadata, d.source_uri,
+         s.note, s.usage, d.id, d.title, c.content, c.heading_path, c.page,
+         -- A chunk of a PDF or an image: where it sits on its pages (regions, ocr).
+         CASE WHEN c.origin IS NULL THEN d.metadata ELSE d.metadata || c.origin END, d.source_uri,
          c.char_start, c.char_end, s.expanded_from, s.expansion, s.graph_rank, s.graph_path
   FROM kb._search_core(p_kb_id, p_query, p_overrides) s
   -- LEFT JOINs: an inner join over an empty KB could be planned to skip the search itself,

@@ -34,8 +34,8 @@ BEGIN
   WITH always AS (
     SELECT jsonb_build_object(
              'kind', d.usage_mode, 'chunk_id', c.id, 'document_id', d.id, 'title', d.title,
-             'heading_path', to_jsonb(c.heading_path), 'page', c.page, 'content', c.content,
-             'score', NULL) AS row,
+             'heading_path', to_jsonb(c.heading_path), 'page', c.page, 'origin', c.origin,
+             'content', c.content, 'score', NULL) AS row,
            CASE d.usage_mode WHEN 'system' THEN 0 ELSE 1 END AS grp, d.id AS did, c.ordinal AS ord
     FROM kb.document d JOIN kb.chunk c ON c.document_id = d.id AND c.index_id = v_kb.active_index_id
                                         AND c.kb_id = d.kb_id
@@ -51,7 +51,7 @@ BEGIN
   ), rag AS (
     SELECT jsonb_build_object(
              'kind', 'rag', 'chunk_id', h.id, 'document_id', h.did, 'title', h.title,
-             'heading_path', to_jsonb(h.heading_path), 'page', h.page,
+             'heading_path', to_jsonb(h.heading_path), 'page', h.page, 'origin', h.origin,
              'page_end', (SELECT n.page_end FROM kb.page_index_node n
                            WHERE n.chunk_id = h.id AND n.kb_id = v_kb.id),
              'content', h.content, 'score', h.score, 'comparable_score', h.comparable,
@@ -60,7 +60,7 @@ BEGIN
                  SELECT jsonb_agg(jsonb_build_object(
                           'chunk_id', s.id, 'document_id', h.did, 'title', h.title,
                           'heading_path', to_jsonb(s.heading_path), 'page', s.page,
-                          'content', s.content) ORDER BY s.ordinal)
+                          'origin', s.origin, 'content', s.content) ORDER BY s.ordinal)
                  FROM kb.chunk s
                  WHERE s.document_id = h.did AND s.index_id = h.index_id AND s.kb_id = v_kb.id
                    AND s.heading_path[1:cardinality(h.heading_path)] = h.heading_path)

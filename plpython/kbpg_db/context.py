@@ -57,6 +57,19 @@ def header(label: str, n: int, row: dict[str, Any]) -> str:
     return f"[{label} {n}: {label_text}]"
 
 
+def _origin(group: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a source's chunks sit on their pages: their boxes in order, and OCR's mean
+    confidence where OCR read any of them (chunks of a PDF or an image only)."""
+    origins = [r.get("origin") or {} for r in group]
+    regions = [region for o in origins for region in o.get("regions") or []]
+    out: dict[str, Any] = {"regions": regions} if regions else {}
+    read = [o["ocr"] for o in origins if o.get("ocr")]
+    if read:
+        mean = sum(float(o["confidence"]) for o in read) / len(read)
+        out["ocr"] = {"engine": read[0]["engine"], "confidence": round(mean, 3)}
+    return out
+
+
 def assemble(rows: list[dict[str, Any]], budget: int, max_per_doc: int) -> Context:
     """Lay ``rows`` out in order within ``budget`` tokens.
 
@@ -87,19 +100,19 @@ def assemble(rows: list[dict[str, Any]], budget: int, max_per_doc: int) -> Conte
         ctx.tokens_used += cost
         blocks.append(block)
         seen.update(r["chunk_id"] for r in group)
-        ctx.sources.append(
-            {
-                "n": n,
-                "label": head.split("\n", 1)[0],
-                "kind": kind,
-                "chunk_ids": [r["chunk_id"] for r in group],
-                "document_id": first["document_id"],
-                "title": first.get("title"),
-                "heading_path": first.get("heading_path") or [],
-                "page": first.get("page"),
-                "score": first.get("score"),
-            }
-        )
+        source = {
+            "n": n,
+            "label": head.split("\n", 1)[0],
+            "kind": kind,
+            "chunk_ids": [r["chunk_id"] for r in group],
+            "document_id": first["document_id"],
+            "title": first.get("title"),
+            "heading_path": first.get("heading_path") or [],
+            "page": first.get("page"),
+            "score": first.get("score"),
+        }
+        source.update(_origin(group))
+        ctx.sources.append(source)
         return True
 
     for row in rows:

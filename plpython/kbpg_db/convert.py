@@ -501,24 +501,26 @@ def convert_pdf(data: bytes, limits: Limits, defer_ocr: bool = False) -> Convert
             )
         pymupdf.TOOLS.mupdf_warnings(reset=True)
         texts: list[str] = []
+        boxes: list[list[Region]] = []  # per page, offsets within its text
         unreadable: list[int] = []
         scans: list[int] = []
         for number in range(1, doc.page_count + 1):
             try:
                 page = doc.load_page(number - 1)
-                text = page.get_text("text").replace("\x00", "").strip()
+                text, found = _page_text(page)
                 broken = damaged and bool(pymupdf.TOOLS.mupdf_warnings(reset=True))
             except Exception:
-                text, broken, page = "", True, None
+                text, found, broken, page = "", [], True, None
             if broken and not _word_chars(text):
                 unreadable.append(number)
-                text = ""
+                text, found = "", []
             elif page is not None and not broken and _scanned(page, text):
                 scans.append(number)
             texts.append(text)
+            boxes.append(found)
         if defer_ocr and scans:
             return Converted("", "pdf", None, {"needs_ocr": scans})
-        ocr = _ocr_pages(doc, scans, texts, limits) if scans else None
+        ocr = _ocr_pages(doc, scans, texts, limits, boxes) if scans else None
         notes: list[str] = []
         if unreadable:
             readable = doc.page_count - len(unreadable)
@@ -558,6 +560,9 @@ def convert_pdf(data: bytes, limits: Limits, defer_ocr: bool = False) -> Convert
             meta["notes"] = notes
         if ocr is not None and ocr["pages"]:
             meta["ocr"] = ocr
+        regions = _absolute(boxes, starts)
+        if regions:
+            meta["regions"] = regions
         info = doc.metadata or {}
         if info.get("title"):
             meta["pdf_title"] = info["title"]
@@ -572,6 +577,54 @@ def convert_pdf(data: bytes, limits: Limits, defer_ocr: bool = False) -> Convert
             if headings:
                 meta["pdf_headings"] = headings
     return Converted(content, "pdf", starts, meta)
+
+
+# Where a stretch of a page's text sits: its offsets in the page's text, and its box in
+# PDF points (x0, y0, x1, y1 from the page's top left; 72 to the inch), with Tesseract's
+# mean word confidence (0..1) where OCR read it. A text layer gives one per block (a
+# paragraph, a heading, a table cell run); OCR one per paragraph it finds.
+@dataclass
+class Region:
+    start: int
+    end: int
+    box: tuple[float, float, float, float]
+    confidence: float | None = None
+
+
+MAX_REGIONS = 100_000  # a document's; past it none are kept (source_meta stays small)
+
+
+def _page_text(page: Any) -> tuple[str, list[Region]]:
+    """A page's text (MuPDF's, as ``get_text("text")`` gives it: its text blocks in order)
+    and each block's region."""
+    blocks = [b for b in page.get_text("blocks") if b[6] == 0]
+    text = "".join(b[4] for b in blocks).replace("\x00", "").strip()
+    regions: list[Region] = []
+    cursor = 0
+    for x0, y0, x1, y1, block, *_ in blocks:
+        piece = block.replace("\x00", "").strip()
+        if not piece:
+            continue
+        at = text.find(piece, cursor)
+        if at < 0:
+            continue
+        regions.append(Region(at, at + len(piece), (x0, y0, x1, y1)))
+        cursor = at + len(piece)
+    return text, regions
+
+
+def _absolute(pages: list[list[Region]], starts: list[int]) -> list[list[Any]]:
+    """Every page's regions as ``[char_start, char_end, page, x0, y0, x1, y1]`` (and the
+    OCR confidence, where there is one) over the document's text."""
+    out: list[list[Any]] = []
+    for number, (regions, base) in enumerate(zip(pages, starts, strict=True), start=1):
+        for r in regions:
+            row: list[Any] = [base + r.start, base + r.end, number]
+            row += [round(v, 1) for v in r.box]
+            if r.confidence is not None:
+                row.append(r.confidence)
+            out.append(row)
+    return out if len(out) <= MAX_REGIONS else []
 
 
 def _scanned(page: Any, text: str) -> bool:
@@ -614,6 +667,7 @@ class OcrPage:
     text: str
     confidence: float | None  # Tesseract's mean word confidence, 0..1
     words: int
+    regions: list[Region] = field(default_factory=list)  # per paragraph, in pixels
 
 
 def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage:
@@ -651,6 +705,8 @@ def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage
             )
         raise ConvertError(f"could not be read by OCR: {message}")
     lines: dict[tuple[int, int, int, int], list[str]] = {}
+    # Per paragraph: its box in pixels and its words' confidences.
+    paragraphs: dict[tuple[int, int, int], tuple[list[int], list[float]]] = {}
     confidences: list[float] = []
     for row in out.stdout.decode("utf-8", "replace").splitlines()[1:]:
         cells = row.split("\t")
@@ -662,23 +718,48 @@ def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage
         key = (int(cells[1]), int(cells[2]), int(cells[3]), int(cells[4]))
         lines.setdefault(key, []).append(cells[11].strip())
         confidences.append(conf / 100)
-    text_parts: list[str] = []
+        left, top, width, height = (int(c) for c in cells[6:10])
+        box, confs = paragraphs.setdefault(key[:3], ([left, top, left + width, top + height], []))
+        box[:] = [min(box[0], left), min(box[1], top), max(box[2], left + width),
+                  max(box[3], top + height)]  # fmt: skip
+        confs.append(conf / 100)
+    text = ""
+    regions: list[Region] = []
     previous: tuple[int, int, int] | None = None
+    start = 0
     for key in sorted(lines):
         paragraph = key[:3]
         if previous is not None and paragraph != previous:
-            text_parts.append("")
-        text_parts.append(" ".join(lines[key]))
+            _close_paragraph(regions, paragraphs[previous], start, len(text))
+            text += "\n"
+            start = len(text) + 1
+        if text:
+            text += "\n"
+        text += " ".join(lines[key])
         previous = paragraph
+    if previous is not None:
+        _close_paragraph(regions, paragraphs[previous], start, len(text))
     mean = round(sum(confidences) / len(confidences), 3) if confidences else None
-    return OcrPage("\n".join(text_parts).strip(), mean, len(confidences))
+    return OcrPage(text, mean, len(confidences), regions)
+
+
+def _close_paragraph(
+    regions: list[Region], paragraph: tuple[list[int], list[float]], start: int, end: int
+) -> None:
+    box, confs = paragraph
+    conf = round(sum(confs) / len(confs), 3) if confs else None
+    regions.append(Region(start, end, (box[0], box[1], box[2], box[3]), conf))
 
 
 def _ocr_pages(
-    doc: Any, numbers: list[int], texts: list[str], limits: Limits
+    doc: Any,
+    numbers: list[int],
+    texts: list[str],
+    limits: Limits,
+    boxes: list[list[Region]] | None = None,
 ) -> dict[str, Any] | None:
-    """OCR of the pages ``numbers`` (1-based) of ``doc``, in place in ``texts``; what was
-    read, for the document's source_meta."""
+    """OCR of the pages ``numbers`` (1-based) of ``doc``, in place in ``texts`` (and their
+    regions in ``boxes``, in PDF points); what was read, for the document's source_meta."""
     if not limits.ocr_languages:
         return None
     if _tesseract() is None:
@@ -710,6 +791,12 @@ def _ocr_pages(
         if _word_chars(read.text) > _word_chars(texts[number - 1]):
             texts[number - 1] = read.text
             pages.append({"page": number, "confidence": read.confidence, "words": read.words})
+            if boxes is not None:
+                scale = 72 / OCR_DPI  # the page was rendered at OCR_DPI
+                boxes[number - 1] = [
+                    Region(r.start, r.end, tuple(v * scale for v in r.box), r.confidence)  # type: ignore[arg-type]
+                    for r in read.regions
+                ]
     confs = [p["confidence"] for p in pages if p["confidence"] is not None]
     return {
         "engine": "tesseract",
@@ -738,7 +825,8 @@ def convert_image(data: bytes, limits: Limits) -> Converted:
         raise ConvertError(f"cannot be opened as an image ({exc})") from None
     with doc:
         texts = [""] * doc.page_count
-        ocr = _ocr_pages(doc, list(range(1, doc.page_count + 1)), texts, limits)
+        boxes: list[list[Region]] = [[] for _ in texts]
+        ocr = _ocr_pages(doc, list(range(1, doc.page_count + 1)), texts, limits, boxes)
     assert ocr is not None
     notes = ocr.pop("notes")
     if not ocr["pages"]:
@@ -755,6 +843,9 @@ def convert_image(data: bytes, limits: Limits) -> Converted:
     meta: dict[str, Any] = {"pages": len(texts), "ocr": ocr}
     if notes:
         meta["notes"] = notes
+    regions = _absolute(boxes, starts)
+    if regions:
+        meta["regions"] = regions
     return Converted(PAGE_SEPARATOR.join(texts), "image", starts, meta)
 
 

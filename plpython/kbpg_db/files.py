@@ -163,6 +163,8 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
     meta = dict(out.meta)
     if found:
         meta["media"] = len(found)
+    if text != out.content:
+        meta.pop("regions", None)  # their offsets are into the text before the media left
     # Only the version converted: a newer upload meanwhile has another content_hash.
     plpy.execute(
         plpy.prepare(

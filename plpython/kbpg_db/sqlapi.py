@@ -256,6 +256,13 @@ def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -
     return _call(plpy, reranking.rerank_for, plpy, _json(retrieval_config), query, documents)
 
 
+def chunk_origins(source_meta: Any, spans: Any) -> str:
+    from kbpg_db import regions
+
+    meta = _json(source_meta) or {}
+    return json.dumps(regions.chunk_origins(meta, _json(spans) or []))
+
+
 def count_tokens(text: str) -> int:
     from kbpg_db import tokens
 

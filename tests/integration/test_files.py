@@ -445,3 +445,74 @@ def test_scans_and_images_are_read_by_ocr_in_the_job(
     hits = client.search("scans", " ".join(word), method="full_text", top_k=3)
     assert any(h.title == "ledger.pdf" and h.char_end > starts[1] for h in hits), hits
     assert _chunks(conn, "ledger.pdf")[0][0].startswith(typed)
+
+
+def test_pdf_chunks_carry_their_regions_to_search_and_context(
+    client: Client, conn: psycopg.Connection, tmp_path: Path
+) -> None:
+    from tests.unit.test_ocr import eight_pages
+
+    client.create_knowledge_base("boxes")
+    pdf = eight_pages()
+    _add(conn, "boxes", "server.pdf", pdf)  # converted by the server's job
+    (tmp_path / "client.pdf").write_bytes(pdf)  # converted by kbpg ingest's reader
+    assert kbpg_main(["--dsn", conn.info.dsn, "ingest", "boxes", str(tmp_path), "--wait"]) == 0
+    run_worker(conn.info.dsn)
+    hits = client.search("boxes", "harbour number 5 cranes", method="full_text", top_k=4)
+    assert {h.title for h in hits} == {"server.pdf", "client.pdf"}
+    for hit in hits:
+        regions = hit.metadata["regions"]
+        assert regions and all(set(r) == {"page", "bbox"} for r in regions)
+        assert hit.page in {r["page"] for r in regions}
+        x0, y0, x1, y1 = regions[0]["bbox"]
+        assert 0 < x0 < x1 <= 595 and 0 < y0 < y1 <= 842  # A4, in points
+        assert "ocr" not in hit.metadata  # a text layer, not OCR
+    # The same document converted either way: the same boxes for the same chunk.
+    by_title = {h.title: h for h in hits if "harbour number 5" in h.content}
+    assert by_title["server.pdf"].metadata["regions"] == by_title["client.pdf"].metadata["regions"]
+    ((sources,),) = conn.execute(
+        "SELECT sources FROM kb.build_context('boxes', 'harbour number 5 cranes', "
+        "method => 'full_text', top_k => 2)"
+    ).fetchall()
+    assert sources and all(s["regions"] for s in sources)
+    # The document's own metadata is untouched by them.
+    metas = conn.execute("SELECT metadata FROM kb.document WHERE title LIKE '%.pdf'").fetchall()
+    assert all("regions" not in m for (m,) in metas)
+
+
+def test_ocr_chunks_are_marked_with_their_confidence(
+    client: Client, conn: psycopg.Connection
+) -> None:
+    from tests import scans
+    from tests.unit.test_ocr import needs_tesseract
+
+    if needs_tesseract.args[0]:
+        pytest.skip(needs_tesseract.kwargs["reason"])
+    client.create_knowledge_base("ocrmark")
+    words = scans.paragraphs(21, 2, 30)
+    _add(conn, "ocrmark", "scan.png", scans.scan_png([words], dpi=200))
+    client.add_text("ocrmark", "typed", " ".join(words[:1]))
+    run_worker(conn.info.dsn)
+    hits = client.search("ocrmark", words[0], method="full_text", top_k=5)
+    marks = {h.title: h.metadata.get("ocr") for h in hits}
+    assert marks["typed"] is None
+    assert marks["scan.png"]["engine"] == "tesseract"
+    assert 0.5 < marks["scan.png"]["confidence"] <= 1
+
+
+def test_put_document_refuses_regions_outside_its_text(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT kb.create_knowledge_base('regs')")
+    for bad in (
+        "[[0, 99, 1, 0, 0, 1, 1]]",
+        "[[0, 2, 0, 0, 0, 1, 1]]",
+        '[[0, 2, 1, "x", 0, 1, 1]]',
+        "{}",
+    ):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match='regions of document "d"'):
+            conn.execute(
+                "SELECT kb.put_document('regs', 'd', 'short text', regions => %s::jsonb)", (bad,)
+            )
+    assert conn.execute("SELECT count(*) FROM kb.document").fetchone() == (0,)
+    conn.execute(
+        "SELECT kb.put_document('regs', 'd', 'short text', regions => '[[0, 5, 1, 1, 2, 3, 4]]')"
+    )

@@ -125,3 +125,39 @@ def test_a_client_leaves_scanned_pdfs_to_the_server() -> None:
     pdf = scans.scanned_pdf([scans.scan_png([scans.paragraphs(8, 1, 20)], dpi=100)])
     out = convert.convert_pdf(pdf, Limits(), defer_ocr=True)
     assert out.meta == {"needs_ocr": [1]}
+
+
+def test_pdf_regions_locate_each_block_in_points() -> None:
+    import pymupdf
+
+    out = convert.convert(eight_pages(), "report.pdf")
+    regions = out.meta["regions"]
+    assert out.page_starts is not None
+    doc = pymupdf.open(stream=eight_pages(), filetype="pdf")
+    assert len(regions) == 16  # a heading and a paragraph a page
+    for start, end, page, x0, y0, x1, y1 in regions:
+        assert out.page_starts[page - 1] <= start < end <= len(out.content)
+        # MuPDF reads the region's own words inside its box.
+        inside = doc[page - 1].get_textbox(pymupdf.Rect(x0 - 1, y0 - 1, x1 + 1, y1 + 1))
+        assert out.content[start:end].split()[:4] == inside.split()[:4]
+    heading = regions[2]
+    assert out.content[heading[0] : heading[1]] == "Chapter 2" and heading[2] == 2
+    assert 45 < heading[4] < 72 < heading[6]  # its box spans the baseline set at 72 pt
+
+
+@needs_tesseract
+def test_ocr_regions_carry_their_confidence() -> None:
+    import pymupdf
+
+    png = scans.scan_png([scans.paragraphs(9, 2, 25)], dpi=200, angle=0.0, noise=0.0)
+    out = convert.convert(png, "memo.png")
+    regions = out.meta["regions"]
+    assert len(regions) == 2  # two paragraphs, the first above the second
+    assert regions[0][6] < regions[1][4]
+    # Boxes in the page's points, as MuPDF lays the image out (its own resolution).
+    page = pymupdf.open(stream=png)[0].rect
+    for start, end, number, x0, y0, x1, y1, confidence in regions:
+        assert number == 1 and 0.5 < confidence <= 1
+        assert 0 <= x0 < x1 <= page.width and 0 <= y0 < y1 <= page.height
+        assert x0 < 0.2 * page.width  # the text's left margin
+        assert out.content[start:end].split()[0] in scans.WORDS
