@@ -635,10 +635,45 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KbpgError as exc:
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
         print(f"kbpg: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # What no command turned into a KbpgError: a connection that failed, an error of
+        # the database's, or a bug. One line and a hint; -v keeps the traceback.
+        if args.verbose:
+            raise
+        print(f"kbpg: error: {_unexpected(exc)}", file=sys.stderr)
+        return 2
+
+
+def _unexpected(exc: Exception) -> KbpgError:
+    import psycopg
+
+    from kbpg.errors import connection_error, from_db
+
+    if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) in (
+        None,
+        *(f"08{x}" for x in ("000", "001", "003", "004", "006", "P01")),
+        "28000",
+        "28P01",
+        "3D000",
+    ):
+        return connection_error(exc)
+    if isinstance(exc, psycopg.ProgrammingError) and "connection info" in str(exc):
+        return connection_error(exc)
+    if isinstance(exc, psycopg.Error):
+        return from_db(exc)
+    message = " ".join(str(exc).split()) or "(no message)"
+    return KbpgError(
+        f"unexpected {type(exc).__name__}: {message}",
+        hint="run again with -v for the traceback, and report it if it is kbpg's fault",
+    )
 
 
 if __name__ == "__main__":

@@ -44,9 +44,16 @@ def configure(conn: Any) -> None:
 
 
 def connect(dsn: str | None = None, autocommit: bool = True) -> Any:
+    """A psycopg connection; one that fails is a ConnectionFailed (a KbpgError) with
+    libpq's message and a hint."""
     import psycopg
 
-    conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit)
+    from kbpg.errors import connection_error
+
+    try:
+        conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit)
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        raise connection_error(exc) from exc
     configure(conn)
     return conn
 

@@ -111,3 +111,52 @@ def from_db(exc: BaseException) -> KbpgError:
         detail, hint = getattr(exc, "detail", None), getattr(exc, "hint", None)
     cls = _BY_SQLSTATE.get(state or "", KbpgError)
     return cls(clean_message(message), sqlstate=state, detail=detail, hint=hint)
+
+
+class ConnectionFailed(KbpgError):
+    """The database could not be reached or refused the connection (SQLSTATE class 08,
+    28 or 3D), or the connection string is malformed."""
+
+
+# libpq's wording for each way a connection fails, and what to do about it.
+_CONNECT_HINTS = (
+    (
+        r'role "[^"]*" does not exist',
+        "connect as a role that exists (user=...), or create it: CREATE ROLE name LOGIN",
+    ),
+    (
+        r'database "[^"]*" does not exist',
+        "create it (createdb NAME, or CREATE DATABASE), or name another with dbname=...",
+    ),
+    (
+        r"password authentication failed",
+        "check the password (PGPASSWORD, ~/.pgpass or password=...) and the role",
+    ),
+    (
+        r"no pg_hba\.conf entry",
+        "the server's pg_hba.conf does not admit this host, role and database: ask its DBA",
+    ),
+    (r"could not translate host name", "check the host name (host=...)"),
+)
+_UNREACHABLE_HINT = (
+    "is PostgreSQL running there, and are the host and port right? `kbpg up` starts the "
+    "embedded cluster and `kbpg dsn` prints its connection string"
+)
+
+
+def connection_error(exc: BaseException) -> KbpgError:
+    """A failed connection (psycopg's OperationalError, or the ProgrammingError of a
+    malformed connection string) as a KbpgError with libpq's own message and a hint."""
+    text = " ".join(str(exc).split())
+    if type(exc).__name__ == "ProgrammingError" or "connection info string" in text:
+        return ConnectionFailed(
+            f"the connection string is malformed: {text}",
+            hint='write it as "host=HOST port=5432 dbname=DB user=ROLE" or '
+            "postgresql://ROLE@HOST:5432/DB (--dsn, KBPG_DSN or the PG* variables)",
+        )
+    import re
+
+    hint = next((advice for pattern, advice in _CONNECT_HINTS if re.search(pattern, text)), None)
+    return ConnectionFailed(
+        f"cannot connect to the database: {text}", hint=hint or _UNREACHABLE_HINT
+    )

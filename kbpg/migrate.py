@@ -260,7 +260,7 @@ def check_server(conn: Any) -> None:
         raise InstallError(
             f"the database server (PostgreSQL {server_version}) has no PL/Python (plpython3u)",
             hint=f"on its host: apt install postgresql-plpython3-{major}, or "
-            "sudo kbpg server-setup --system-packages",
+            'sudo "$(command -v kbpg)" server-setup --system-packages',
         )
     vector = found.get("vector")
     if vector is None or _version_tuple(vector) < MIN_PGVECTOR:
@@ -269,8 +269,10 @@ def check_server(conn: Any) -> None:
             + (f"pgvector {vector}" if vector else "no pgvector")
             + f"; kbpg needs pgvector >= {'.'.join(map(str, MIN_PGVECTOR))}",
             detail="HNSW iterative scans (filtered vector search) came with pgvector 0.8",
-            hint=f"on its host: apt install postgresql-{major}-pgvector (>= 0.8), or "
-            "sudo kbpg server-setup --system-packages",
+            hint=f"on its host: a postgresql-{major}-pgvector package of 0.8 or later (Debian "
+            "13's; Debian 12's is 0.4, too old: there, "
+            'sudo "$(command -v kbpg)" server-setup --system-packages builds 0.8 from '
+            "Debian 13's source package; or the PostgreSQL project's apt repository)",
         )
 
 

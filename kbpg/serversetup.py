@@ -235,7 +235,7 @@ def system_packages() -> None:
     if os.geteuid() != 0:
         raise InstallError(
             "--system-packages installs Debian packages: run it as root",
-            hint="sudo kbpg server-setup --system-packages",
+            hint='sudo "$(command -v kbpg)" server-setup --system-packages',
         )
     proc = subprocess.run(["bash", str(script)], check=False)
     if proc.returncode != 0:
@@ -263,7 +263,8 @@ def server_setup(
         parent = parent.parent
     if not os.access(parent, os.W_OK):
         raise InstallError(
-            f"{parent} is not writable by this user", hint="run it as root: sudo kbpg server-setup"
+            f"{parent} is not writable by this user",
+            hint='run it as root: sudo "$(command -v kbpg)" server-setup',
         )
     install_dependencies(target, version, force=force)
     release = install_release(target)

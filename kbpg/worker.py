@@ -179,17 +179,34 @@ class Worker:
         """Connections and ONNX threads from the server's cores (see the module docstring)."""
         import psycopg
 
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                row = conn.execute(
-                    "SELECT kb.server_cpu_count(), "
-                    "coalesce(current_setting('kb.onnx_threads', true), '')"
-                ).fetchone()
-            cpus, configured = row if row else (1, "")
-        except psycopg.Error as exc:
-            log.warning("cannot read the server's core count (%s); one connection",
-                        str(exc).strip().splitlines()[0])  # fmt: skip
-            cpus, configured = 1, ""
+        from kbpg.errors import connection_error
+
+        backoff = 0.5
+        while True:
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    row = conn.execute(
+                        "SELECT kb.server_cpu_count(), "
+                        "coalesce(current_setting('kb.onnx_threads', true), '')"
+                    ).fetchone()
+                cpus, configured = row if row else (1, "")
+                break
+            except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+                failed = connection_error(exc)
+                if self.once or isinstance(exc, psycopg.ProgrammingError):
+                    raise failed from exc  # --once, or a malformed DSN: say so and stop
+                if self.stop_event.is_set():
+                    cpus, configured = 1, ""
+                    break
+                # A server that is down (or not up yet): wait for it, visibly.
+                log.warning("%s; retrying in %.1f s", failed.message, backoff)
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 30)
+            except psycopg.Error as exc:
+                log.warning("cannot read the server's core count (%s); one connection",
+                            str(exc).strip().splitlines()[0])  # fmt: skip
+                cpus, configured = 1, ""
+                break
         self.concurrency, self._onnx_threads = plan_connections(
             int(cpus),
             configured,
@@ -210,6 +227,8 @@ class Worker:
 
     def run(self) -> WorkerStats:
         self._size()
+        if self.stop_event.is_set():  # stopped while waiting for the server
+            return self.stats
         threads = [
             threading.Thread(target=self._loop, args=(i,), name=f"kbpg-worker-{i}", daemon=True)
             for i in range(self.concurrency)
@@ -373,8 +392,9 @@ class Worker:
                     self._run_job(conn, worker_id, job, waiting)
             except psycopg.OperationalError as exc:
                 log.warning(
-                    "database connection lost (%s); reconnecting in %.1fs",
-                    str(exc).strip().splitlines()[0] if str(exc) else exc,
+                    "%s (%s); reconnecting in %.1f s",
+                    "database connection lost" if conn is not None else "cannot reach the database",
+                    " ".join(str(exc).split()) or exc,
                     backoff,
                 )
                 if conn is not None:

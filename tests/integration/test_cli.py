@@ -130,3 +130,71 @@ def test_eval_on_a_tiny_beir_dataset(dsn: str, tmp_path: Path) -> None:
     again = kbpg("--dsn", dsn, "eval", str(ds), "--method", "full_text")
     assert "reusing knowledge base 'beir-tiny'" in again.stderr
     assert "ndcg@10" in again.stdout
+
+
+def _kbpg(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "KBPG_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "kbpg.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def test_connection_failures_are_one_line_and_a_hint(dsn: str) -> None:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    cases = [
+        (
+            "host=127.0.0.1 port=1 dbname=x connect_timeout=5",
+            "Connection refused",
+            "is PostgreSQL running there",
+        ),
+        (f"host={info['host']} port={info['port']} user={info['user']} dbname=no_such_db",
+         'database "no_such_db"',
+         "create it"),
+        (f"host={info['host']} port={info['port']} dbname={info['dbname']} user=nobody_here",
+         'role "nobody_here" does not exist', "CREATE ROLE"),
+        ("not a dsn ===", "the connection string is malformed", "host=HOST port=5432"),
+    ]  # fmt: skip
+    for conninfo, message, hint in cases:
+        for command in (["status"], ["kb", "list"], ["search", "k", "q"], ["worker", "--once"]):
+            out = _kbpg("--dsn", conninfo, *command)
+            assert out.returncode == 2, (command, out.stderr)
+            assert out.stderr.startswith("kbpg: error: "), (command, out.stderr)
+            assert "Traceback" not in out.stderr, (command, out.stderr)
+            assert message in out.stderr, (command, out.stderr)
+            assert hint in out.stderr.split("  hint: ", 1)[1], (command, out.stderr)
+            assert len(out.stderr.strip().splitlines()) == 2
+    # -v keeps the traceback for whoever wants it.
+    out = _kbpg("-v", "--dsn", "host=127.0.0.1 port=1 dbname=x", "status")
+    assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+def test_worker_waits_for_an_unreachable_server_visibly() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbpg.cli", "--dsn", "host=127.0.0.1 port=1 dbname=x", "worker"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("PG", "KBPG_"))},
+    )
+    try:
+        lines: list[str] = []
+        assert proc.stderr is not None
+        while len(lines) < 3:
+            line = proc.stderr.readline()
+            assert line, lines
+            lines.append(line)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert all("cannot connect to the database" in line for line in lines)
+    # Each retry says when, and waits longer: 0.5, 1, 2 s...
+    assert [line.rsplit("retrying in ", 1)[1].strip() for line in lines] == [
+        "0.5 s",
+        "1.0 s",
+        "2.0 s",
+    ]
+    assert proc.returncode == 0  # SIGTERM: stopped cleanly
