@@ -393,6 +393,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from kbpg.db import resolve_dsn
+
+    if importlib.util.find_spec("mcp") is None:
+        raise KbpgError("kbpg mcp needs the MCP SDK", hint="pip install 'kbpg[mcp]'")
+    from kbpg.mcp_server import serve
+
+    serve(resolve_dsn(args.dsn), args.transport, args.host, args.port, args.tokens)
+    return 0
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from kbpg.db import resolve_dsn
     from kbpg.lab.app import serve
@@ -589,6 +602,25 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--port", type=int, default=8765)
     lab.add_argument("--token", help="access token (default: none on 127.0.0.1, else a new one)")
     lab.set_defaults(func=cmd_lab)
+
+    m = sub.add_parser(
+        "mcp",
+        help="serve the knowledge bases to agents over the Model Context Protocol (kbpg[mcp])",
+    )
+    m.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (as the DSN's role; default) or streamable HTTP (a role per token)",
+    )
+    m.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind")
+    m.add_argument("--port", type=int, default=8766, help="HTTP: port (path /mcp)")
+    m.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help='HTTP: a JSON file of bearer tokens to role names, {"token": "role"}',
+    )
+    m.set_defaults(func=cmd_mcp)
 
     e = sub.add_parser("eval", help="evaluate retrieval on a BEIR-format dataset")
     e.add_argument("dataset_dir")
