@@ -393,6 +393,45 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from kbpg.db import connect
+    from kbpg.doctor import diagnose, print_findings
+
+    with connect(args.dsn) as conn:
+        return print_findings(diagnose(conn))
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from kbpg.db import connect, scalar
+    from kbpg.doctor import uninstall
+
+    with connect(args.dsn) as conn:
+        db = scalar(conn, "SELECT current_database()")
+        if not args.yes:
+            kbs = docs = 0
+            if scalar(conn, "SELECT to_regclass('kb.knowledge_base') IS NOT NULL"):
+                kbs = scalar(conn, "SELECT count(*) FROM kb.knowledge_base")
+                docs = scalar(conn, "SELECT count(*) FROM kb.document")
+            if not sys.stdin.isatty():
+                raise KbpgError(
+                    f"kbpg uninstall removes the kb schema of database {db} "
+                    f"({kbs} knowledge bases, {docs} documents) and asks first",
+                    hint="add --yes to remove it without asking",
+                )
+            answer = input(
+                f"Remove kbpg from database {db}: the kb schema with {kbs} knowledge bases and "
+                f"{docs} documents, for good? [y/N] "
+            )
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing removed")
+                return 1
+        left = uninstall(conn)
+    print(f"removed the kb schema from database {db}, with everything kbpg stored in it")
+    for item in left:
+        print(f"left: {item}")
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     import importlib.util
 
@@ -602,6 +641,17 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--port", type=int, default=8765)
     lab.add_argument("--token", help="access token (default: none on 127.0.0.1, else a new one)")
     lab.set_defaults(func=cmd_lab)
+
+    d = sub.add_parser(
+        "doctor",
+        help="check the server, the schema, PL/Python, the HNSW indexes and the queue",
+    )
+    d.set_defaults(func=cmd_doctor)
+    u = sub.add_parser(
+        "uninstall", help="remove the kb schema and everything kbpg stored (asks first)"
+    )
+    u.add_argument("--yes", action="store_true", help="do not ask")
+    u.set_defaults(func=cmd_uninstall)
 
     m = sub.add_parser(
         "mcp",

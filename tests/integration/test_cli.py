@@ -198,3 +198,44 @@ def test_worker_waits_for_an_unreachable_server_visibly() -> None:
         "2.0 s",
     ]
     assert proc.returncode == 0  # SIGTERM: stopped cleanly
+
+
+def test_doctor_reports_each_check_and_what_to_do(dsn: str, conn: psycopg.Connection) -> None:
+    conn.execute("SELECT kb.create_knowledge_base('doc_kb')")
+    conn.execute("SELECT kb.add_document('doc_kb', 'a', 'Harbour office hours.')")
+    out = kbpg("--dsn", dsn, "doctor", check=False)
+    # A queued job and no worker: a problem, with what to do; exit status 1.
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout
+    for check in ("server", "plpython3u", "pgvector", "schema", "kb.python_path",
+                  "PL/Python", "HNSW indexes", "queue"):  # fmt: skip
+        assert check in lines, (check, lines)
+    assert "PROBLEM  queue" in lines and "-> start one: kbpg --dsn ... worker" in lines
+    assert "ok       PL/Python       loads kbpg's package" in lines
+    # Broken: a generation's HNSW index dropped, and a job failed for good.
+    (ix,) = conn.execute(
+        "SELECT active_index_id FROM kb.knowledge_base WHERE name = 'doc_kb'"
+    ).fetchone()
+    conn.execute(f"DROP INDEX kb.embedding_hnsw_{ix}")
+    conn.execute("UPDATE kb.job SET status = 'failed', last_error = 'boom'")
+    lines = kbpg("--dsn", dsn, "doctor", check=False).stdout
+    assert f"doc_kb (generation {ix}: missing)" in lines and "kbpg kb reindex NAME" in lines
+    assert "1 job(s) failed for good" in lines
+
+
+def test_uninstall_asks_then_removes_everything(dsn: str, conn: psycopg.Connection) -> None:
+    conn.execute("SELECT kb.create_knowledge_base('gone_kb')")
+    refused = subprocess.run(
+        [*KBPG, "--dsn", dsn, "uninstall"], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    assert conn.execute("SELECT to_regnamespace('kb') IS NOT NULL").fetchone() == (True,)
+    done = kbpg("--dsn", dsn, "uninstall", "--yes")
+    assert "removed the kb schema" in done.stdout
+    assert "left: extension vector" in done.stdout and "left: extension plpython3u" in done.stdout
+    assert conn.execute("SELECT to_regnamespace('kb') IS NULL").fetchone() == (True,)
+    again = kbpg("--dsn", dsn, "uninstall", "--yes", check=False)
+    assert again.returncode == 2 and "not installed" in again.stderr
+    # And installs again from scratch.
+    kbpg("--dsn", dsn, "install")
+    assert conn.execute("SELECT count(*) FROM kb.knowledge_base").fetchone() == (0,)
