@@ -139,8 +139,10 @@ def _pip(target: Path, version: str, requirements: list[str], *, deps: bool) -> 
         "-m",
         "pip",
         "install",
-        "--quiet",
         "--disable-pip-version-check",
+        # A terminal gets pip's own progress bars; a log gets a line per package.
+        "--progress-bar",
+        "on" if sys.stdout.isatty() else "off",
         "--upgrade",
         "--target",
         str(target),
@@ -156,15 +158,40 @@ def _pip(target: Path, version: str, requirements: list[str], *, deps: bool) -> 
     if not deps:
         cmd.append("--no-deps")
     try:
-        proc = subprocess.run(cmd, check=False)
+        returncode = _run_with_progress(cmd)
     finally:
         os.unlink(req_file)
-    if proc.returncode != 0:
+    if returncode != 0:
         raise InstallError(
-            f"pip could not install PL/Python's packages into {target} (exit {proc.returncode})",
+            f"pip could not install PL/Python's packages into {target} (exit {returncode})",
             detail="requirements: " + ", ".join(requirements),
             hint="pip's output above names the package; the machine needs the package index",
         )
+
+
+# pip's lines worth showing as progress: a package found, a file fetched, the end.
+_PROGRESS = ("Collecting ", "Downloading ", "Using cached ", "Installing collected", "Successfully")
+
+
+def _run_with_progress(cmd: list[str]) -> int:
+    """Run pip, showing what it fetches as it goes: on a terminal pip's own output with its
+    progress bars; elsewhere one line per package and download (N: what), and its errors."""
+    if sys.stdout.isatty():
+        return subprocess.run(cmd, check=False).returncode
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    assert proc.stdout is not None
+    count = 0
+    for line in proc.stdout:
+        text = line.strip()
+        if text.startswith(("Collecting ", "Using cached ", "Downloading ")):
+            if text.startswith("Collecting "):
+                count += 1
+            say(f"  [{count}] {text}")
+        elif text.startswith(_PROGRESS) or "ERROR" in text or "error:" in text:
+            say(f"  {text}")
+    return proc.wait()
 
 
 def install_dependencies(target: Path, version: str, *, force: bool = False) -> bool:
