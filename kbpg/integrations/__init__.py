@@ -32,3 +32,39 @@ def hit_metadata(hit: Any) -> dict[str, Any]:
         if (hit.metadata or {}).get(key):
             meta[key] = hit.metadata[key]
     return meta
+
+
+class Searcher:
+    """kb.search for a retriever: a synchronous Client (the one given, else one made from
+    ``dsn`` on first use) and an asyncpg connection per asynchronous call."""
+
+    def __init__(
+        self, kb: str, dsn: str | None, top_k: int, options: dict[str, Any], client: Any = None
+    ) -> None:
+        self.kb, self.dsn, self.top_k, self.options = kb, dsn, top_k, dict(options)
+        self._given = client
+        self._own: Any = None
+
+    def search(self, query: str) -> list[Any]:
+        client = self._given
+        if client is None:
+            if self._own is None:
+                from kbpg.client import Client
+
+                self._own = Client(self.dsn)
+            client = self._own
+        return list(client.search(self.kb, query, top_k=self.top_k, **self.options))
+
+    async def asearch(self, query: str) -> list[Any]:
+        from kbpg.client import AsyncClient
+
+        client = await AsyncClient.connect(self.dsn)
+        try:
+            return list(await client.search(self.kb, query, top_k=self.top_k, **self.options))
+        finally:
+            await client.close()
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+            self._own = None

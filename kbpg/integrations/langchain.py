@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from kbpg.integrations import hit_metadata
+from kbpg.integrations import Searcher, hit_metadata
 
 
 class KbpgRetriever(BaseRetriever):
@@ -35,18 +35,22 @@ class KbpgRetriever(BaseRetriever):
     top_k: int = 5
     search_options: dict[str, Any] = Field(default_factory=dict)
     client: Any = None  # a kbpg.Client to use instead of connecting with dsn
-    _own: Any = PrivateAttr(default=None)
+    _searcher: Any = PrivateAttr(default=None)
 
-    def _client(self) -> Any:
-        if self.client is not None:
-            return self.client
-        if self._own is None:
-            from kbpg.client import Client
+    def _search(self) -> Searcher:
+        if self._searcher is None:
+            self._searcher = Searcher(
+                self.kb, self.dsn, self.top_k, self.search_options, self.client
+            )
+        return self._searcher
 
-            self._own = Client(self.dsn)
-        return self._own
+    def close(self) -> None:
+        """Close the connection the retriever opened (not a client given to it)."""
+        if self._searcher is not None:
+            self._searcher.close()
 
-    def _documents(self, hits: list[Any]) -> list[Document]:
+    @staticmethod
+    def _documents(hits: list[Any]) -> list[Document]:
         return [
             Document(
                 page_content=h.content, metadata=hit_metadata(h), id=f"kbpg-chunk-{h.chunk_id}"
@@ -57,17 +61,9 @@ class KbpgRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
-        hits = self._client().search(self.kb, query, top_k=self.top_k, **self.search_options)
-        return self._documents(hits)
+        return self._documents(self._search().search(query))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
-        from kbpg.client import AsyncClient
-
-        client = await AsyncClient.connect(self.dsn)
-        try:
-            hits = await client.search(self.kb, query, top_k=self.top_k, **self.search_options)
-        finally:
-            await client.close()
-        return self._documents(hits)
+        return self._documents(await self._search().asearch(query))

@@ -18,7 +18,7 @@ from typing import Any
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from kbpg.integrations import hit_metadata
+from kbpg.integrations import Searcher, hit_metadata
 
 
 class KbpgRetriever(BaseRetriever):
@@ -37,20 +37,11 @@ class KbpgRetriever(BaseRetriever):
     ) -> None:
         super().__init__(**kwargs)
         self.kb = kb
-        self.dsn = dsn
-        self.top_k = top_k
-        self.search_options = dict(search_options or {})
-        self._given = client
-        self._own: Any = None
+        self._searcher = Searcher(kb, dsn, top_k, search_options or {}, client)
 
-    def _client(self) -> Any:
-        if self._given is not None:
-            return self._given
-        if self._own is None:
-            from kbpg.client import Client
-
-            self._own = Client(self.dsn)
-        return self._own
+    def close(self) -> None:
+        """Close the connection the retriever opened (not a client given to it)."""
+        self._searcher.close()
 
     @staticmethod
     def _nodes(hits: list[Any]) -> list[NodeWithScore]:
@@ -71,19 +62,7 @@ class KbpgRetriever(BaseRetriever):
         return out
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = self._client().search(
-            self.kb, query_bundle.query_str, top_k=self.top_k, **self.search_options
-        )
-        return self._nodes(hits)
+        return self._nodes(self._searcher.search(query_bundle.query_str))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        from kbpg.client import AsyncClient
-
-        client = await AsyncClient.connect(self.dsn)
-        try:
-            hits = await client.search(
-                self.kb, query_bundle.query_str, top_k=self.top_k, **self.search_options
-            )
-        finally:
-            await client.close()
-        return self._nodes(hits)
+        return self._nodes(await self._searcher.asearch(query_bundle.query_str))

@@ -56,7 +56,7 @@ def test_langchain_retriever(client: Client, conn: psycopg.Connection[Any], dsn:
 
     with pytest.raises(KbpgError, match="method"):
         KbpgRetriever(kb="port", dsn=dsn, search_options={"method": "telepathy"}).invoke("x")
-    retriever._own.close()
+    retriever.close()
 
 
 def test_llamaindex_retriever(client: Client, conn: psycopg.Connection[Any], dsn: str) -> None:
@@ -83,4 +83,4 @@ def test_llamaindex_retriever(client: Client, conn: psycopg.Connection[Any], dsn
     }
     again = asyncio.run(retriever.aretrieve("which day is crane 4 serviced"))
     assert [n.node.get_content() for n in again] == [n.node.get_content() for n in nodes]
-    retriever._own.close()
+    retriever.close()
