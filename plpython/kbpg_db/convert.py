@@ -40,6 +40,11 @@ class ConvertError(Exception):
         self.hint = hint
 
 
+class OcrUnavailable(ConvertError):
+    """OCR cannot run at all (Tesseract or the language's data is missing): the whole
+    file fails with it, not one page."""
+
+
 @dataclass
 class Limits:
     max_text_bytes: int = MAX_DOCUMENT_BYTES  # the converted text (kb.max_document_bytes)
@@ -535,14 +540,7 @@ def convert_pdf(data: bytes, limits: Limits, defer_ocr: bool = False) -> Convert
             )
         if ocr is not None:
             notes.extend(ocr.pop("notes"))
-        parts: list[str] = []
-        starts: list[int] = []
-        offset = 0
-        for text in texts:
-            starts.append(offset)
-            parts.append(text)
-            offset += len(text) + len(PAGE_SEPARATOR)
-        content = PAGE_SEPARATOR.join(parts)
+        content, starts = _join_pages(texts)
         if not content.strip():
             if scans and not limits.ocr_languages:
                 hint = "turn OCR on (indexing_config ocr_languages), or run OCR on it first"
@@ -551,11 +549,11 @@ def convert_pdf(data: bytes, limits: Limits, defer_ocr: bool = False) -> Convert
             else:
                 hint = "run OCR on it first, e.g. ocrmypdf"
             raise ConvertError(
-                f"has no extractable text in its {len(parts)} page(s) (a scanned PDF "
+                f"has no extractable text in its {len(texts)} page(s) (a scanned PDF "
                 "without a text layer, and OCR read nothing?)",
                 hint=hint,
             )
-        meta: dict[str, Any] = {"pages": len(parts)}
+        meta: dict[str, Any] = {"pages": len(texts)}
         if notes:
             meta["notes"] = notes
         if ocr is not None and ocr["pages"]:
@@ -592,6 +590,16 @@ class Region:
 
 
 MAX_REGIONS = 100_000  # a document's; past it none are kept (source_meta stays small)
+
+
+def _join_pages(texts: list[str]) -> tuple[str, list[int]]:
+    """The pages' texts joined by PAGE_SEPARATOR, and where each page starts in it."""
+    starts: list[int] = []
+    offset = 0
+    for text in texts:
+        starts.append(offset)
+        offset += len(text) + len(PAGE_SEPARATOR)
+    return PAGE_SEPARATOR.join(texts), starts
 
 
 def _page_text(page: Any) -> tuple[str, list[Region]]:
@@ -677,7 +685,7 @@ def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage
 
     command = _tesseract()
     if command is None:
-        raise ConvertError(
+        raise OcrUnavailable(
             "needs OCR, and Tesseract is not installed",
             hint="install it: apt install tesseract-ocr tesseract-ocr-eng "
             "(kbpg server-setup --system-packages does)",
@@ -695,10 +703,11 @@ def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage
     except subprocess.TimeoutExpired:
         raise ConvertError(f"took OCR more than {timeout_s:.0f} s on one page") from None
     if out.returncode != 0:
-        err = out.stderr.decode("utf-8", "replace").strip().splitlines()
+        stderr = out.stderr.decode("utf-8", "replace")
+        err = stderr.strip().splitlines()
         message = err[-1] if err else f"exit status {out.returncode}"
-        if "Failed loading language" in out.stderr.decode("utf-8", "replace"):
-            raise ConvertError(
+        if "Failed loading language" in stderr:
+            raise OcrUnavailable(
                 f"needs OCR in {languages!r}, and Tesseract has no such language data",
                 hint="install its language package (apt install tesseract-ocr-<lang>), or "
                 "set indexing_config ocr_languages to installed ones",
@@ -707,7 +716,6 @@ def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage
     lines: dict[tuple[int, int, int, int], list[str]] = {}
     # Per paragraph: its box in pixels and its words' confidences.
     paragraphs: dict[tuple[int, int, int], tuple[list[int], list[float]]] = {}
-    confidences: list[float] = []
     for row in out.stdout.decode("utf-8", "replace").splitlines()[1:]:
         cells = row.split("\t")
         if len(cells) < 12 or cells[0] != "5" or not cells[11].strip():
@@ -717,7 +725,6 @@ def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage
             continue
         key = (int(cells[1]), int(cells[2]), int(cells[3]), int(cells[4]))
         lines.setdefault(key, []).append(cells[11].strip())
-        confidences.append(conf / 100)
         left, top, width, height = (int(c) for c in cells[6:10])
         box, confs = paragraphs.setdefault(key[:3], ([left, top, left + width, top + height], []))
         box[:] = [min(box[0], left), min(box[1], top), max(box[2], left + width),
@@ -739,6 +746,7 @@ def ocr_image(png: bytes, languages: str, dpi: int, timeout_s: float) -> OcrPage
         previous = paragraph
     if previous is not None:
         _close_paragraph(regions, paragraphs[previous], start, len(text))
+    confidences = [c for _, confs in paragraphs.values() for c in confs]
     mean = round(sum(confidences) / len(confidences), 3) if confidences else None
     return OcrPage(text, mean, len(confidences), regions)
 
@@ -756,7 +764,7 @@ def _ocr_pages(
     numbers: list[int],
     texts: list[str],
     limits: Limits,
-    boxes: list[list[Region]] | None = None,
+    boxes: list[list[Region]],
 ) -> dict[str, Any] | None:
     """OCR of the pages ``numbers`` (1-based) of ``doc``, in place in ``texts`` (and their
     regions in ``boxes``, in PDF points); what was read, for the document's source_meta."""
@@ -780,23 +788,19 @@ def _ocr_pages(
             png = pix.tobytes("png")
             del pix
             read = ocr_image(png, limits.ocr_languages, OCR_DPI, limits.timeout_s)
-        except ConvertError as exc:
-            if "Tesseract" in str(exc) or "language data" in str(exc):
-                raise
-            notes.append(f"page {number} could not be read by OCR: {exc}")
-            continue
+        except OcrUnavailable:
+            raise
         except Exception as exc:
             notes.append(f"page {number} could not be read by OCR: {exc}")
             continue
         if _word_chars(read.text) > _word_chars(texts[number - 1]):
             texts[number - 1] = read.text
             pages.append({"page": number, "confidence": read.confidence, "words": read.words})
-            if boxes is not None:
-                scale = 72 / OCR_DPI  # the page was rendered at OCR_DPI
-                boxes[number - 1] = [
-                    Region(r.start, r.end, tuple(v * scale for v in r.box), r.confidence)  # type: ignore[arg-type]
-                    for r in read.regions
-                ]
+            scale = 72 / OCR_DPI  # the page was rendered at OCR_DPI
+            boxes[number - 1] = [
+                Region(r.start, r.end, tuple(v * scale for v in r.box), r.confidence)  # type: ignore[arg-type]
+                for r in read.regions
+            ]
     confs = [p["confidence"] for p in pages if p["confidence"] is not None]
     return {
         "engine": "tesseract",
@@ -836,17 +840,14 @@ def convert_image(data: bytes, limits: Limits) -> Converted:
             if _tesseract() is None
             else None,
         )
-    starts, offset = [], 0
-    for text in texts:
-        starts.append(offset)
-        offset += len(text) + len(PAGE_SEPARATOR)
+    content, starts = _join_pages(texts)
     meta: dict[str, Any] = {"pages": len(texts), "ocr": ocr}
     if notes:
         meta["notes"] = notes
     regions = _absolute(boxes, starts)
     if regions:
         meta["regions"] = regions
-    return Converted(PAGE_SEPARATOR.join(texts), "image", starts, meta)
+    return Converted(content, "image", starts, meta)
 
 
 _NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)[.)]?\s+\S")
@@ -1495,7 +1496,9 @@ def _sanitize(soup: Any) -> str:
         strip=True,
         strip_comments=True,
     )
-    return str(cleaner.clean(str(soup)))
+    cleaned = str(cleaner.clean(str(soup)))
+    # bleach allows data: for every URL attribute; only images may carry one.
+    return re.sub(r'(?i)<a\b[^>]*\bhref="data:[^"]*"[^>]*>', "<a>", cleaned)
 
 
 def convert_html(data: bytes | str, limits: Limits) -> Converted:
