@@ -194,14 +194,12 @@ class Resolver:
         self.external = 0
 
     def _candidates(self, word: str, label: str) -> list[int]:
+        """The sections a label may name: those titled with its word and label, else (a
+        section, article or chapter number) those titled with the number alone."""
         exact = self.by_label.get((word, label), [])
         if not exact and label[0].isdigit() and word in ("section", "article", "chapter"):
             return self.by_label.get((None, label), [])
         return exact
-
-    def _label(self, word: str, label: str) -> int | None:
-        found = self._candidates(word, label)
-        return found[0] if len(found) == 1 else None  # missing or ambiguous: the LLM's
 
     def _other_work(self, text: str, start: int, end: int) -> bool:
         """Whether the reference at text[start:end] names a work other than this one."""
@@ -247,7 +245,7 @@ class Resolver:
                     phrase = m.group(0) + (text[m.end() : m.end() + named.end()] if named else "")
                     out.append((found[0], phrase.strip()))
                 else:
-                    unresolved += 1
+                    unresolved += 1  # missing or ambiguous: left to the LLM
         for m in _ANCHOR_LINK.finditer(text):
             target = self.by_anchor.get(m.group(2).lower())
             if target is None:
