@@ -109,14 +109,17 @@ BEGIN
   IF p_regions IS NULL THEN
     RETURN;
   END IF;
+  -- The row's shape first, its numbers after (CASE fixes the order: a string is never
+  -- cast, so a bad row gets this error, not a cast's).
   IF jsonb_typeof(p_regions) <> 'array' OR EXISTS (
        SELECT 1 FROM jsonb_array_elements(p_regions) r
-        WHERE jsonb_typeof(r) <> 'array' OR jsonb_array_length(r) NOT IN (7, 8)
-           OR EXISTS (SELECT 1 FROM jsonb_array_elements(r) WITH ORDINALITY v(x, i)
-                       WHERE i <= 7 AND jsonb_typeof(x) <> 'number'
-                          OR i = 8 AND jsonb_typeof(x) NOT IN ('number', 'null'))
-           OR (r->>0)::numeric < 0 OR (r->>1)::numeric < (r->>0)::numeric
-           OR (r->>1)::numeric > p_length OR (r->>2)::numeric < 1) THEN
+        WHERE CASE WHEN jsonb_typeof(r) <> 'array' OR jsonb_array_length(r) NOT IN (7, 8)
+                        OR EXISTS (SELECT 1 FROM jsonb_array_elements(r) WITH ORDINALITY v(x, i)
+                                    WHERE i <= 7 AND jsonb_typeof(x) <> 'number'
+                                       OR i = 8 AND jsonb_typeof(x) NOT IN ('number', 'null'))
+                   THEN true
+                   ELSE (r->>0)::numeric < 0 OR (r->>1)::numeric < (r->>0)::numeric
+                        OR (r->>1)::numeric > p_length OR (r->>2)::numeric < 1 END) THEN
     RAISE EXCEPTION 'regions of document "%" must be an array of [char_start, char_end, page, x0, y0, x1, y1] within its text', p_title
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'offsets count characters of the text, pages from 1; boxes are in PDF points';

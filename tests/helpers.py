@@ -5,10 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
+from kbpg_db import convert
 from psycopg import sql
 
 from kbpg.client import Client
 from tests.fakeprovider import FakeProvider
+
+# OCR's tests need Debian's Tesseract (make setup installs it); elsewhere they say so.
+needs_tesseract = pytest.mark.skipif(
+    convert._tesseract() is None, reason="Tesseract is not installed (make setup installs it)"
+)
 
 
 def remote_config(provider: FakeProvider, **extra: Any) -> dict[str, Any]:

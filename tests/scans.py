@@ -69,3 +69,19 @@ def scanned_pdf(pages: list[bytes], text_pages: dict[int, str] | None = None) ->
         else:
             page.insert_image(page.rect, stream=png)
     return doc.tobytes(deflate=True)
+
+
+def eight_pages() -> bytes:
+    """Eight A4 pages with a text layer: a "Chapter N" heading and a paragraph each."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    for i in range(1, 9):
+        page = doc.new_page()
+        page.insert_text((72, 72), f"Chapter {i}", fontsize=18)
+        page.insert_textbox(
+            pymupdf.Rect(72, 100, 520, 760),
+            f"Page {i} talks about harbour number {i} and its cranes. " * 30,
+            fontsize=11,
+        )
+    return bytes(doc.tobytes(deflate=True))

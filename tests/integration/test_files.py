@@ -20,7 +20,9 @@ from psycopg import sql
 from kbpg.cli import main as kbpg_main
 from kbpg.client import Client
 from tests import office_files as of
-from tests.helpers import run_worker
+from tests import scans
+from tests.helpers import needs_tesseract, run_worker
+from tests.scans import eight_pages
 
 FILES = {
     "policy.docx": of.docx_bytes,
@@ -403,14 +405,10 @@ def test_urls_fetched_rendered_and_converted(
     assert client.add_url("web", site + "/js.html").action == "replaced"  # fetched anew
 
 
+@needs_tesseract
 def test_scans_and_images_are_read_by_ocr_in_the_job(
     client: Client, conn: psycopg.Connection, tmp_path: Path
 ) -> None:
-    from tests import scans
-    from tests.unit.test_ocr import needs_tesseract
-
-    if needs_tesseract.args[0]:
-        pytest.skip(needs_tesseract.kwargs["reason"])
     client.create_knowledge_base("scans")
     words = scans.paragraphs(11, 2, 30)
     png = scans.scan_png([words], dpi=200, angle=0.7)
@@ -450,8 +448,6 @@ def test_scans_and_images_are_read_by_ocr_in_the_job(
 def test_pdf_chunks_carry_their_regions_to_search_and_context(
     client: Client, conn: psycopg.Connection, tmp_path: Path
 ) -> None:
-    from tests.unit.test_ocr import eight_pages
-
     client.create_knowledge_base("boxes")
     pdf = eight_pages()
     _add(conn, "boxes", "server.pdf", pdf)  # converted by the server's job
@@ -480,14 +476,10 @@ def test_pdf_chunks_carry_their_regions_to_search_and_context(
     assert all("regions" not in m for (m,) in metas)
 
 
+@needs_tesseract
 def test_ocr_chunks_are_marked_with_their_confidence(
     client: Client, conn: psycopg.Connection
 ) -> None:
-    from tests import scans
-    from tests.unit.test_ocr import needs_tesseract
-
-    if needs_tesseract.args[0]:
-        pytest.skip(needs_tesseract.kwargs["reason"])
     client.create_knowledge_base("ocrmark")
     words = scans.paragraphs(21, 2, 30)
     _add(conn, "ocrmark", "scan.png", scans.scan_png([words], dpi=200))
@@ -506,6 +498,8 @@ def test_put_document_refuses_regions_outside_its_text(conn: psycopg.Connection)
         "[[0, 99, 1, 0, 0, 1, 1]]",
         "[[0, 2, 0, 0, 0, 1, 1]]",
         '[[0, 2, 1, "x", 0, 1, 1]]',
+        '[["a", 2, 1, 0, 0, 1, 1]]',  # a string where an offset goes: this error, no cast's
+        "[[0, 2, 1, 0, 0, 1]]",
         "{}",
     ):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match='regions of document "d"'):

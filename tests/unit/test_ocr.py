@@ -11,25 +11,8 @@ from kbpg_db import chunking, convert
 from kbpg_db.convert import ConvertError, Limits
 
 from tests import scans
-
-needs_tesseract = pytest.mark.skipif(
-    convert._tesseract() is None, reason="Tesseract is not installed (make setup installs it)"
-)
-
-
-def eight_pages() -> bytes:
-    import pymupdf
-
-    doc = pymupdf.open()
-    for i in range(1, 9):
-        page = doc.new_page()
-        page.insert_text((72, 72), f"Chapter {i}", fontsize=18)
-        page.insert_textbox(
-            pymupdf.Rect(72, 100, 520, 760),
-            f"Page {i} talks about harbour number {i} and its cranes. " * 30,
-            fontsize=11,
-        )
-    return bytes(doc.tobytes(deflate=True))
+from tests.helpers import needs_tesseract
+from tests.scans import eight_pages
 
 
 def recall(truth: str, read: str) -> float:
