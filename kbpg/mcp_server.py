@@ -155,6 +155,17 @@ def build_server(dsn: str | None, tokens: dict[str, str] | None = None) -> MCPSe
             raise ToolError(f"{what} must be between {low} and {high}, not {value}")
         return value
 
+    def question(
+        kb: str, query: str, method: str | None, filter: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """search's and build_context's shared parameters, checked."""
+        return {
+            "kb": need(kb, "kb"),
+            "query": need(query, "query"),
+            "method": method,
+            "filter": json.dumps(filter) if filter is not None else None,
+        }
+
     @server.tool()
     async def list_knowledge_bases(ctx: Context) -> list[dict[str, Any]]:
         """The knowledge bases you may read: name, documents ready, chunks, team, access."""
@@ -178,19 +189,14 @@ def build_server(dsn: str | None, tokens: dict[str, str] | None = None) -> MCPSe
         """Search a knowledge base. method: hybrid (default), vector or full_text; filter:
         metadata the documents must contain. Each hit has its chunk_id and document_id
         (read_document reads the whole document), title, heading path, page and score."""
-        need(kb, "kb")
-        need(query, "query")
-        bounded(top_k, "top_k", 1, MAX_TOP_K)
+        params = question(kb, query, method, filter)
         found = await rows(
             ctx,
             "SELECT rank, chunk_id, document_id, title, heading_path, page, score, content, "
             "source_uri, metadata FROM kb.search(%(kb)s, %(query)s, top_k => %(top_k)s, "
             "method => %(method)s, filter => %(filter)s::jsonb)",
-            kb=kb,
-            query=query,
-            top_k=top_k,
-            method=method,
-            filter=json.dumps(filter) if filter is not None else None,
+            top_k=bounded(top_k, "top_k", 1, MAX_TOP_K),
+            **params,
         )
         out = []
         for r in found:
@@ -212,19 +218,14 @@ def build_server(dsn: str | None, tokens: dict[str, str] | None = None) -> MCPSe
     ) -> dict[str, Any]:
         """Cited context for answering a question from a knowledge base: numbered blocks
         within token_budget, and the sources each number cites."""
-        need(kb, "kb")
-        need(query, "query")
-        bounded(token_budget, "token_budget", 50, MAX_CONTEXT_TOKENS)
+        params = question(kb, query, method, filter)
         (row,) = await rows(
             ctx,
             "SELECT context, sources, has_relevant, fallback, tokens_used FROM "
             "kb.build_context(%(kb)s, %(query)s, token_budget => %(budget)s, "
             "method => %(method)s, filter => %(filter)s::jsonb)",
-            kb=kb,
-            query=query,
-            budget=token_budget,
-            method=method,
-            filter=json.dumps(filter) if filter is not None else None,
+            budget=bounded(token_budget, "token_budget", 50, MAX_CONTEXT_TOKENS),
+            **params,
         )
         return row
 
