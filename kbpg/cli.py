@@ -130,6 +130,9 @@ def cmd_install(args: argparse.Namespace) -> int:
         print(f"kbpg {__version__} is up to date")
     run_once = {p.name for p in migrations_dir().glob("*.sql")}
     print("  migrations applied: " + (", ".join(a for a in applied if a in run_once) or "none"))
+    dropped = [a.removeprefix("drop ") for a in applied if a.startswith("drop ")]
+    if dropped:
+        print("  functions removed or recreated: " + ", ".join(dropped))
     print(f"  PL/Python on the server loads kbpg_db {__version__}")
     return 0
 

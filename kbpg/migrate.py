@@ -2,10 +2,13 @@
 
 ``migrations/NNN-*.sql`` run once each, in order, and are recorded in ``kb.migration``
 with the sha256 of their body; an applied migration whose file has since changed is an
-error naming the file. ``sql/NNN-*.sql`` (``CREATE OR REPLACE`` only) are re-applied on
-every run. Everything happens in one transaction under an advisory lock, so two
-concurrent ``kbpg migrate`` runs cannot interleave and a failure changes nothing. The
-table locks the scripts need are taken before any of them runs (``tables_to_lock``).
+error naming the file (unless ``AMENDED`` lists the text it applied). ``sql/NNN-*.sql``
+(``CREATE OR REPLACE`` only) are re-applied on every run, after the kb functions they no
+longer define, or define with another result or parameter names, are dropped
+(``drop_stale_functions``): a migration never has to drop an old signature. Everything
+happens in one transaction under an advisory lock, so two concurrent ``kbpg migrate``
+runs cannot interleave and a failure changes nothing. The table locks the scripts need
+are taken before any of them runs (``tables_to_lock``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,22 @@ from kbpg.errors import InstallError, KbpgError
 from kbpg.resources import migrations_dir, sql_dir
 
 LOCK_KEY = 1801_0001
+# Migrations corrected after they were published, with the sha256 of each earlier text a
+# database may have applied. An earlier text either ran to the same result or failed
+# (rolling the whole install back), so a database that applied it is up to date.
+AMENDED: dict[str, frozenset[str]] = {
+    # The three below switched a trigger off with ALTER TABLE, which fails on "pending
+    # trigger events" when the same upgrade changed a knowledge_base row before them.
+    "022-graph-index-references.sql": frozenset(
+        {"1894071a094d24b4d60a92bb6bbf57d4e2a206dc4b941ae8ba3fe7689053055d"}
+    ),
+    "025-bm25-k1-by-method.sql": frozenset(
+        {"a42a1c80ab417535cfdff30053dcc7bbfd2f42705f6f21c7d7a9c43a8b0ecc0e"}
+    ),
+    "029-term-expansion-by-model.sql": frozenset(
+        {"7334cdd2908c91d53cc4d1f174ac1a51fe2b62a7c600e47536a1db3b9a611c95"}
+    ),
+}
 SEARCH_PATH = "SET search_path = kb, pg_catalog, pg_temp"
 
 
@@ -177,7 +196,7 @@ def _migrate_once(
         _lock_first(conn, [*pending, *(scripts(sql_dir()) if with_sql else [])])
         for script in migrations:
             if script.name in done:
-                if done[script.name] != script.sha256:
+                if done[script.name] not in {script.sha256, *AMENDED.get(script.name, ())}:
                     raise KbpgError(
                         f"migration {script.name} was changed after it was applied",
                         detail=f"applied sha256 {done[script.name]}, file sha256 {script.sha256}",
@@ -202,18 +221,15 @@ def _migrate_once(
             pinned = (
                 SEARCH_PATH.replace("kb, ", f"kb, {row[0]}, ") if row[0] != "kb" else SEARCH_PATH
             )
-            # Functions whose parameters are generated: an older parameter list goes first,
-            # or the new one would stand beside it as an ambiguous overload.
-            for oid, args in conn.execute(
-                "SELECT p.oid::regprocedure::text, p.proargnames[3:p.pronargs] FROM pg_proc p "
-                "WHERE p.pronamespace = to_regnamespace('kb') "
-                "AND p.proname IN ('search', 'explain_search')"
-            ).fetchall():
-                if list(args or []) != list(sqlgen.search_options()):
-                    conn.execute(f"DROP FUNCTION {oid}")
-            for script in scripts(sql_dir()):
-                conn.execute(sqlgen.expand(script.body).replace(SEARCH_PATH, pinned))
-                applied.append(script.name)
+            bodies = [(s.name, sqlgen.expand(s.body)) for s in scripts(sql_dir())]
+            # What the release no longer defines, or defines in a way CREATE OR REPLACE
+            # cannot change in place, goes first: no hand-written DROP in a migration.
+            applied += [
+                f"drop {name}" for name in drop_stale_functions(conn, [b for _, b in bodies])
+            ]
+            for name, body in bodies:
+                conn.execute(body.replace(SEARCH_PATH, pinned))
+                applied.append(name)
             # The version handshake: PL/Python refuses to run a package of another version.
             if conn.execute("SELECT to_regclass('kb.version')").fetchone()[0]:
                 conn.execute(
@@ -222,6 +238,188 @@ def _migrate_once(
                     (__version__,),
                 )
     return applied
+
+
+@dataclass(frozen=True)
+class Routine:
+    """A ``CREATE FUNCTION``/``CREATE PROCEDURE`` of the kb schema as ``sql/`` writes it:
+    what PostgreSQL compares when CREATE OR REPLACE meets an existing routine of the same
+    name and input types. Types are as written; :func:`drop_stale_functions` resolves them
+    in the database."""
+
+    name: str
+    procedure: bool
+    args: tuple[str, ...]  # input argument types
+    arg_names: tuple[str, ...]
+    defaults: int
+    returns: str | None  # the declared return type (SETOF left out); None: none declared
+    setof: bool
+    columns: tuple[tuple[str, str], ...]  # OUT, INOUT and TABLE columns: (name, type)
+
+
+def defined_routines(bodies: list[str]) -> list[Routine]:
+    """Every routine of the kb schema that these SQL texts create (parsed with pglast)."""
+    import pglast
+    from pglast import ast
+    from pglast.stream import RawStream
+
+    def type_text(node: Any) -> str:
+        text = str(RawStream()(node))
+        return text.removeprefix("SETOF ")
+
+    found = []
+    for body in bodies:
+        for raw in pglast.parse_sql(body):
+            stmt = raw.stmt
+            if not isinstance(stmt, ast.CreateFunctionStmt):
+                continue
+            names = [n.sval for n in stmt.funcname or ()]
+            if len(names) != 2 or names[0] != "kb":
+                continue
+            args, arg_names, columns, defaults = [], [], [], 0
+            for param in stmt.parameters or ():
+                mode = str(param.mode.value if hasattr(param.mode, "value") else param.mode)
+                if mode in ("i", "b", "v", "d"):
+                    args.append(type_text(param.argType))
+                    arg_names.append(param.name or "")
+                    defaults += param.defexpr is not None
+                if mode in ("o", "b", "t"):
+                    columns.append((param.name or "", type_text(param.argType)))
+            returns = stmt.returnType
+            found.append(
+                Routine(
+                    name=f"kb.{names[1]}",
+                    procedure=bool(stmt.is_procedure),
+                    args=tuple(args),
+                    arg_names=tuple(arg_names),
+                    defaults=defaults,
+                    returns=type_text(returns) if returns is not None else None,
+                    setof=bool(returns is not None and returns.setof),
+                    columns=tuple(columns),
+                )
+            )
+    return found
+
+
+# The kb schema's routines (an extension's own ones left out): input types, the names,
+# defaults, result and OUT columns PostgreSQL checks when a routine is replaced.
+_EXISTING_ROUTINES = """
+SELECT format('kb.%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid)),
+       'kb.' || p.proname, p.prokind = 'p',
+       ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes::oid[])
+             WITH ORDINALITY AS a(t, n) ORDER BY n),
+       ARRAY(SELECT format_type(t, NULL)
+             FROM unnest(coalesce(p.proallargtypes, p.proargtypes::oid[]))
+             WITH ORDINALITY AS a(t, n) ORDER BY n),
+       coalesce(p.proargmodes::text[], array_fill('i'::text, ARRAY[p.pronargs])),
+       coalesce(p.proargnames, '{}'), p.pronargdefaults,
+       format_type(p.prorettype, NULL), p.proretset
+FROM pg_proc p
+WHERE p.pronamespace = 'kb'::regnamespace AND p.prokind IN ('f', 'p')
+  AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
+                  AND d.objid = p.oid AND d.deptype = 'e')
+ORDER BY 1
+"""
+
+
+def drop_stale_functions(conn: Any, bodies: list[str]) -> list[str]:
+    """Drop every routine of the kb schema that the SQL texts about to run do not define,
+    and every one they define in a way CREATE OR REPLACE refuses to change in place (its
+    return type, OUT columns or input names changed, or defaults taken away): they are
+    created afresh. Returns what was dropped. A routine that something still depends on
+    (a policy, a trigger, a view) is an :class:`InstallError`: that needs a migration."""
+    defined = defined_routines(bodies)
+    written = sorted(
+        {t for r in defined for t in (*r.args, *(c for _, c in r.columns), r.returns or "")} - {""}
+    )
+    # Types resolve through the path the functions pin (pgvector's schema included);
+    # a type the scripts have not created yet resolves to NULL: nothing existing has it.
+    vector_schema = conn.execute(
+        "SELECT quote_ident(n.nspname) FROM pg_extension e "
+        "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    ).fetchone()[0]
+    previous = conn.execute("SELECT current_setting('search_path')").fetchone()[0]
+    conn.execute(
+        "SELECT set_config('search_path', %s, true)", (f"kb, {vector_schema}, pg_catalog",)
+    )
+    canonical = dict(
+        conn.execute(
+            "SELECT t, format_type(to_regtype(t), NULL) FROM unnest(%s::text[]) t", (written,)
+        ).fetchall()
+    )
+    dropped = _drop_unmatched(conn, defined, canonical, conn.execute(_EXISTING_ROUTINES))
+    # (on an error the transaction rolls back, and the path with it)
+    conn.execute("SELECT set_config('search_path', %s, true)", (previous,))
+    return dropped
+
+
+def _drop_unmatched(
+    conn: Any, defined: list[Routine], canonical: dict[str, str | None], existing: Any
+) -> list[str]:
+    import psycopg
+
+    def key(r: Routine) -> tuple[Any, ...] | None:
+        args = tuple(canonical.get(t) for t in r.args)
+        return None if None in args else (r.name, args)
+
+    def result(r: Routine) -> tuple[str | None, bool]:
+        """(return type, set-returning) as pg_proc records them."""
+        if r.procedure:
+            return ("record" if r.columns else "void"), False
+        if r.returns is not None:
+            return canonical.get(r.returns), r.setof
+        return (canonical.get(r.columns[0][1]) if len(r.columns) == 1 else "record"), False
+
+    wanted = {k: r for r in defined if (k := key(r)) is not None}
+    dropped = []
+    for (
+        ident,
+        name,
+        procedure,
+        arg_types,
+        all_types,
+        modes,
+        names,
+        ndefaults,
+        rettype,
+        retset,
+    ) in existing.fetchall():
+        r = wanted.get((name, tuple(arg_types)))
+        if r is not None:
+            in_names = tuple(
+                (names[i] if i < len(names) else "")
+                for i, m in enumerate(modes)
+                if m in ("i", "b", "v")
+            )
+            columns = tuple(
+                ((names[i] if i < len(names) else ""), all_types[i])
+                for i, m in enumerate(modes)
+                if m in ("o", "b", "t")
+            )
+            if (
+                r.procedure == procedure
+                and r.arg_names == in_names
+                and r.defaults >= ndefaults
+                and result(r) == (rettype, retset)
+                and tuple((n, canonical.get(t)) for n, t in r.columns) == columns
+            ):
+                continue  # CREATE OR REPLACE changes it in place
+        try:
+            conn.execute(f"DROP ROUTINE {ident}")
+        except psycopg.errors.DependentObjectsStillExist as exc:
+            raise InstallError(
+                f"{ident} must be dropped"
+                + (
+                    " (this release no longer defines it)"
+                    if r is None
+                    else " to be created afresh (its parameters or result changed)"
+                )
+                + ", but other objects depend on it",
+                detail=exc.diag.message_detail,
+                hint="add a migration that drops or changes the objects that use it",
+            ) from None
+        dropped.append(ident)
+    return dropped
 
 
 MIN_PGVECTOR = (0, 8)

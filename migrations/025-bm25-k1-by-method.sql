@@ -10,11 +10,14 @@ DO $$
 BEGIN
   IF EXISTS (SELECT FROM kb.knowledge_base
              WHERE (retrieval_config->>'bm25_k1')::double precision = 1.2) THEN
-    ALTER TABLE kb.knowledge_base DISABLE TRIGGER knowledge_base_check;
+    -- As a replica applies rows: the check trigger does not run, and no foreign-key
+    -- check is queued (an ALTER TABLE ... DISABLE TRIGGER here failed on "pending
+    -- trigger events" where an earlier migration of the same upgrade changed the row).
+    PERFORM set_config('session_replication_role', 'replica', true);
     UPDATE kb.knowledge_base
        SET retrieval_config = jsonb_set(retrieval_config, '{bm25_k1}', 'null')
      WHERE (retrieval_config->>'bm25_k1')::double precision = 1.2;
-    ALTER TABLE kb.knowledge_base ENABLE TRIGGER knowledge_base_check;
+    PERFORM set_config('session_replication_role', 'origin', true);
   END IF;
 END
 $$;

@@ -60,6 +60,44 @@ AS $$ SELECT kb._can_write_as(p_kb_id, current_user) $$;
 COMMENT ON FUNCTION kb._can_write(integer) IS
   'Internal: may the current role change this KB? (The write policies call it.)';
 
+CREATE OR REPLACE FUNCTION kb._can_write_index(p_index_id bigint) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$ SELECT kb._can_write((SELECT i.kb_id FROM kb.kb_index i WHERE i.id = p_index_id)) $$;
+COMMENT ON FUNCTION kb._can_write_index(bigint) IS
+  'Internal: kb._can_write for the KB of an index generation.';
+
+-- Read rights, once per statement: the KBs (and their index generations) a role can read.
+-- SECURITY DEFINER so a policy costs one lookup, not a chain of policies over team_member,
+-- kb_share and knowledge_base per scanned row; the role is passed in (current_user, in the
+-- policy), and a session that cannot act as that role gets nothing.
+CREATE OR REPLACE FUNCTION kb._readable_kbs(p_role name) RETURNS integer[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(array_agg(k.id), '{}')
+  FROM kb.knowledge_base k
+  WHERE pg_has_role(session_user, p_role, 'MEMBER')
+    AND (k.created_by = p_role
+         OR (k.visibility = 'team'
+             AND (k.team_id IN (SELECT m.team_id FROM kb.team_member m WHERE m.member = p_role)
+                  OR k.id IN (SELECT s.kb_id FROM kb.kb_share s
+                                JOIN kb.team_member m ON m.team_id = s.team_id
+                               WHERE m.member = p_role))))
+$$;
+COMMENT ON FUNCTION kb._readable_kbs(name) IS
+  'Internal: ids of the KBs a role can read (its teams'', its private ones, shared with it).';
+
+CREATE OR REPLACE FUNCTION kb._readable_indexes(p_role name) RETURNS bigint[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(array_agg(i.id), '{}') FROM kb.kb_index i
+  WHERE i.kb_id = ANY (kb._readable_kbs(p_role))
+$$;
+COMMENT ON FUNCTION kb._readable_indexes(name) IS
+  'Internal: ids of the index generations of the KBs a role can read.';
+
 CREATE OR REPLACE FUNCTION kb._can_manage_as(p_kb kb.knowledge_base, p_role name) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = kb, pg_catalog, pg_temp

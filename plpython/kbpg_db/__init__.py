@@ -6,4 +6,4 @@ it as an argument, so every module is plain, unit-testable Python.
 
 from __future__ import annotations
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
