@@ -454,6 +454,8 @@ class RetrievalConfig(Strict):
     """Defaults for ``kb.search``; every field can be overridden per call."""
 
     # Field order = the order of kb.search's named parameters (generated from this model).
+    # Callers may pass them by position: a new field goes last, after the others
+    # (tests/integration/test_api_snapshot.py holds the committed order).
     top_k: int = Field(10, ge=1, le=1000, description="results returned")
     method: Literal[METHODS] = Field(  # type: ignore[valid-type]
         "hybrid", description="the strategy's first method unless set (docs/strategies.md)"
