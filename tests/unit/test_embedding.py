@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 from kbpg_db import embedding
 from kbpg_db.config import IndexingConfig
 
@@ -87,3 +90,47 @@ def test_vector_literals_give_every_float32_back_exactly() -> None:
         assert "no dimensions" in str(exc)
     else:
         raise AssertionError("an empty vector was accepted")
+
+
+class _Plpy:
+    """Enough of plpy for features.step with the local model: no setting is set."""
+
+    def prepare(self, sql: str, types: list[str]) -> str:
+        return sql
+
+    def execute(self, *args: object) -> list[dict[str, None]]:
+        return [{"t": None, "v": None}]
+
+
+def test_only_embedding_errors_are_reported_as_embedding_failures(monkeypatch: Any) -> None:
+    from kbpg_db import features
+    from kbpg_db.features import Document
+    from kbpg_db.sqlstates import SqlError
+
+    cfg = IndexingConfig()
+    doc = Document("a title", "some text")
+
+    def fails(error: Exception) -> Any:
+        def build(*_args: object) -> None:
+            raise error
+
+        return build
+
+    monkeypatch.setattr(features, "build", fails(embedding.EmbeddingError("provider said 503")))
+    with pytest.raises(SqlError, match=r"^embedding failed: provider said 503"):
+        features.step(_Plpy(), doc, cfg, None, None)
+    # Another fault (a missing data file, a bug) is not called an embedding failure.
+    monkeypatch.setattr(features, "build", fails(RuntimeError("cl100k_base is damaged")))
+    with pytest.raises(RuntimeError, match=r"^cl100k_base is damaged"):
+        features.step(_Plpy(), doc, cfg, None, None)
+
+
+def test_a_provider_that_keeps_failing_is_an_embedding_error() -> None:
+    class Unavailable(Exception):
+        pass
+
+    def call() -> None:
+        raise Unavailable("try later")
+
+    with pytest.raises(embedding.EmbeddingError, match="model-x failed: Unavailable: try later"):
+        embedding.call_with_retries(call, 0, "model-x")

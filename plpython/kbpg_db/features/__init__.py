@@ -109,13 +109,11 @@ def step(
     import json
     import time
 
-    from kbpg_db import config, keys, llm
+    from kbpg_db import config, embedding, keys, llm
     from kbpg_db.sqlstates import DATA_EXCEPTION, EXTERNAL_FAILURE, SqlError
 
     if cfg.embedding_model == config.LOCAL_MODEL:
         # The worker sets kb.onnx_threads by how many of its connections are busy.
-        from kbpg_db import embedding
-
         threads = plpy.execute("SELECT current_setting('kb.onnx_threads', true) AS t")[0]["t"]
         embedding.use_threads(int(threads) if threads and threads.isdigit() else None)
     progress: list[str] = []
@@ -158,7 +156,7 @@ def step(
         out["error"] = f'document "{doc.title}": {cfg.strategy}, while {stage}: {exc}'
     except ValueError as exc:
         raise SqlError(str(exc), DATA_EXCEPTION) from None
-    except RuntimeError as exc:
+    except embedding.EmbeddingError as exc:
         raise SqlError(f"embedding failed: {exc}", EXTERNAL_FAILURE) from None
     else:
         out.update(

@@ -229,6 +229,6 @@ def prefetch(plpy: Any, kb_id: int, job_ids: list[int], worker: str) -> int:
         key = keys.for_model(plpy, cfg.api_key_name, cfg.embedding_model)
         try:
             done += embedding.embed_ahead(cfg, texts, [tokens.count(t) for t in texts], key)
-        except (RuntimeError, ValueError):
+        except (embedding.EmbeddingError, ValueError):
             continue  # each job embeds on its own and reports the error
     return done
