@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kbpg-installed
 LOCK := kbpg/requirements.lock
 PIP := $(BIN)/pip install -q --disable-pip-version-check --constraint $(LOCK)
 
-.PHONY: help setup demo test test-fast test-unit bench bench-quick lint format docs lock minilm-graph api-snapshot clean
+.PHONY: help setup demo test test-fast test-unit bench bench-quick lint format docs lock minilm-graph api-snapshot client-methods clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -53,6 +53,11 @@ lint: $(STAMP) ## ruff (lint and format check) and mypy
 	$(BIN)/ruff check kbpg plpython bench tests
 	$(BIN)/ruff format --check kbpg plpython bench tests
 	$(BIN)/mypy
+
+client-methods: $(STAMP) ## regenerate kbpg/_methods.py, the typed methods of Client and AsyncClient (from kbpg/api.py)
+	$(BIN)/python -c 'import sys; from kbpg.api import generate_methods; sys.stdout.write(generate_methods())' > kbpg/_methods.py.new
+	mv kbpg/_methods.py.new kbpg/_methods.py
+	$(BIN)/ruff format -q kbpg/_methods.py
 
 api-snapshot: setup ## write tests/snapshots/public-api.txt from the installed schema (a public API change, on purpose)
 	KBPG_UPDATE_API=1 $(BIN)/pytest -q tests/integration/test_api_snapshot.py
