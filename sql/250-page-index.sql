@@ -84,3 +84,29 @@ COMMENT ON FUNCTION kb.tree_search(text, text, integer, jsonb) IS
   'with no node when nothing matched) carries the note, what each phase saw and chose, and '
   'the LLM tokens and cost. kb.search(method => ''tree_search'') returns the same nodes in '
   'its usual shape. Writes nothing (runs on a standby).';
+
+-- PageIndex's search of its own (method tree_search; kb._search_core calls it): the LLM
+-- reads the trees' ToCs (kbpg_db/features/page_index/tree_search.py) and ranks the
+-- sections as it chose.
+CREATE OR REPLACE FUNCTION kb._search_page_index(p_plan kb.search_plan, p_query text,
+    OUT rows kb.search_stage[], OUT plan kb.search_plan)
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tree kb.tree_hit[];
+  v_plan kb.search_plan := p_plan;
+BEGIN
+  v_tree := ARRAY(SELECT t FROM kb._tree_search(p_plan.kb_id, p_plan.index_id, p_query,
+                                                p_plan.config, p_plan.indexing_config) t);
+  v_plan.note := v_tree[1].note;
+  v_plan.usage := coalesce(v_plan.usage, '{}') || jsonb_build_object('llm', v_tree[1].usage);
+  plan := v_plan;
+  rows := ARRAY(
+    SELECT ROW(t.chunk_id, NULL, NULL, NULL, NULL, t.rank, 1.0 / t.rank, NULL, NULL)::kb.search_stage
+    FROM unnest(v_tree) t WHERE t.chunk_id IS NOT NULL ORDER BY t.rank);
+END
+$$;
+COMMENT ON FUNCTION kb._search_page_index(kb.search_plan, text) IS
+  'Internal: a PageIndex KB''s search (Tree Search): the sections the LLM chose, in its '
+  'order, and the plan with its note and the LLM''s usage.';

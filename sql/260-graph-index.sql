@@ -61,3 +61,52 @@ COMMENT ON VIEW kb.graph_index_documents IS
   '(rule_edges without an LLM, llm_edges), the sections the LLM read, and the ids it named '
   'that were dropped (unknown, or the section''s own parent or child).';
 GRANT SELECT ON kb.graph_index_documents TO PUBLIC;
+
+-- GraphIndex's step after search (kb._search_core calls it): the sections the hits
+-- reference (first degree), after the hits, in the order of the hit that refers to them;
+-- each names that hit and the reference.
+CREATE OR REPLACE FUNCTION kb._after_search_graph_index(p_plan kb.search_plan,
+                                                        p_rows kb.search_stage[])
+RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
+               vector_rank integer, vector_score double precision,
+               bm25_rank integer, bm25_score double precision,
+               fused_rank integer, fused_score double precision,
+               rerank_rank integer, rerank_score double precision,
+               method text, note text, usage jsonb, expanded_from bigint, expansion text,
+               graph_rank integer, graph_path text)
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_hits bigint[];
+BEGIN
+  IF NOT coalesce((p_plan.config->>'reference_expansion')::boolean, false)
+     OR coalesce((p_plan.config->>'expansion_limit')::integer, 0) <= 0 THEN
+    RETURN;
+  END IF;
+  -- The hits returned, in their order.
+  v_hits := ARRAY(SELECT x.chunk_id FROM unnest(p_rows) x
+                  ORDER BY coalesce(x.rerank_rank, x.fused_rank) LIMIT p_plan.top_k);
+  RETURN QUERY
+  WITH cand AS (
+    SELECT e.target_chunk_id, h.chunk_id AS via, h.fr, e.ordinal, e.kind, e.phrase,
+           row_number() OVER (PARTITION BY e.target_chunk_id ORDER BY h.fr, e.ordinal) AS k
+    FROM unnest(v_hits) WITH ORDINALITY AS h(chunk_id, fr)
+    JOIN kb.graph_index_reference e ON e.source_chunk_id = h.chunk_id AND e.kb_id = p_plan.kb_id
+    WHERE e.target_chunk_id <> ALL (v_hits)
+  )
+  SELECT c.target_chunk_id,
+         (cardinality(v_hits) + row_number() OVER (ORDER BY c.fr, c.ordinal))::integer,
+         NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
+         NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
+         NULL::double precision, p_plan.method, p_plan.note, coalesce(p_plan.usage, '{}'),
+         c.via, c.kind || ': ' || c.phrase, NULL::integer, NULL::text
+  FROM cand c WHERE c.k = 1
+  ORDER BY c.fr, c.ordinal
+  LIMIT (p_plan.config->>'expansion_limit')::integer;
+END
+$$;
+COMMENT ON FUNCTION kb._after_search_graph_index(kb.search_plan, kb.search_stage[]) IS
+  'Internal: a GraphIndex search''s expansion (reference_expansion, at most expansion_limit '
+  'sections): the sections the hits reference, each with the hit that refers to it '
+  '(expanded_from) and the reference (expansion).';

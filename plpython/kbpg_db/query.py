@@ -1,5 +1,5 @@
 """A query's way into search: its options merged and validated, its vector, and Tree
-Search's rows. kb.search's SQL (sql/400-search.sql) calls these through kbpg_db.sqlapi."""
+Search's rows. kb.search's plan (sql/400-search-plan.sql) calls these through kbpg_db.sqlapi."""
 
 from __future__ import annotations
 

@@ -114,6 +114,25 @@ def _media_type_arms() -> str:
     )
 
 
+def _own_search_arms() -> str:
+    """kb._search_core's dispatch to the strategies that search on their own."""
+    return "\n    ".join(
+        f"WHEN '{f.name}' THEN v_stage := kb._search_{f.name}(v_plan, p_query);"
+        for f in config.FEATURES
+        if f.own_search
+    )
+
+
+def _after_search_arms() -> str:
+    """kb._search_core's dispatch to the strategies' steps after search."""
+    return "\n      ".join(
+        f"WHEN '{f.name}' THEN\n"
+        f"        RETURN QUERY SELECT * FROM kb._after_search_{f.name}(v_plan, v_rows);"
+        for f in config.FEATURES
+        if f.after_search
+    )
+
+
 def _family_arms() -> str:
     families: dict[str, list[str]] = {}
     for language, family in code_graph.LANGUAGE_FAMILIES.items():
@@ -135,6 +154,7 @@ def macros() -> dict[str, str]:
         "bm25_k1": repr(config.BM25_K1),
         "bm25_k1_full_text": repr(config.BM25_K1_FULL_TEXT),
         "term_expansion": str(config.TERM_EXPANSION),
+        "local_prefix": config.LOCAL_PREFIX,
         # Generated from config.FEATURES: what a failed generation's clean-up deletes,
         # and the tables whose rows only kbpg's worker writes, readable as their index.
         "clear_index_tables": _clear_index_body(),
@@ -145,6 +165,8 @@ def macros() -> dict[str, str]:
         "language_families": _family_arms(),
         "file_suffixes": convert.supported(),
         "media_type_arms": _media_type_arms(),
+        "own_search_arms": _own_search_arms(),
+        "after_search_arms": _after_search_arms(),
         "reraise_expected": RERAISE_EXPECTED,
         # The release the SQL was installed from: a PL/Python body whose session loaded
         # another release's package runs kb.python_init, which refuses to mix them.

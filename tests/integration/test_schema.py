@@ -358,3 +358,23 @@ def test_code_graph_vocabularies_match_their_sql(conn: psycopg.Connection) -> No
     for language in code_graph.LANGUAGES:
         family = conn.execute("SELECT kb._language_family(%s)", (language,)).fetchone()[0]
         assert family == code_graph.LANGUAGE_FAMILIES.get(language, language), language
+
+
+def test_each_strategy_search_step_it_declares_is_defined(conn: psycopg.Connection) -> None:
+    """kb._search_core calls a strategy's own search and its step after search by the
+    strategy's declaration (the dispatch is generated): each declared step exists with the
+    signature the dispatch calls, and no undeclared one is left out of it."""
+    from kbpg_db import config
+
+    steps = {f"_search_{f.name}(kb.search_plan,text)": f.own_search for f in config.FEATURES} | {
+        f"_after_search_{f.name}(kb.search_plan,kb.search_stage[])": f.after_search
+        for f in config.FEATURES
+    }
+    for signature, declared in steps.items():
+        found = conn.execute("SELECT to_regprocedure(%s)", (f"kb.{signature}",)).fetchone()[0]
+        assert (found is not None) == declared, signature
+    core = sqlgen.expand(
+        (Path(__file__).resolve().parents[2] / "sql" / "440-search.sql").read_text()
+    )
+    assert "kb._search_page_index(v_plan, p_query)" in core
+    assert "kb._after_search_graph_index(v_plan, v_rows)" in core

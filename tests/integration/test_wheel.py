@@ -228,7 +228,7 @@ def test_wheel_installs_into_another_postgresql(venv: Path, server: str, work: P
         )
     ).split()
     assert not where[0].startswith(str(CHECKOUT)) and where[1] == "False"
-    assert (Path(where[2]) / "400-search.sql").is_file()
+    assert (Path(where[2]) / "440-search.sql").is_file()
 
     # As a user that is no superuser, `kbpg install` says so and changes nothing.
     _ok(_run(["psql", server, "-c", "CREATE ROLE plain LOGIN"], work))
