@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbpg_db import convert
+from kbpg_db import code_graph, convert
 from kbpg_db.config import MAX_DOCUMENT_BYTES
-from kbpg_db.features.knowledge_graph import code_graph
 
 from kbpg.errors import DocumentError
 

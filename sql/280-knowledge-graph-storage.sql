@@ -88,16 +88,3 @@ COMMENT ON FUNCTION kb._graph_node_gone() IS
   'Internal: entities removed (a document deleted or re-indexed) make communities stale.';
 CREATE OR REPLACE TRIGGER graph_node_gone AFTER DELETE ON kb.graph_node
   REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION kb._graph_node_gone();
-
-CREATE OR REPLACE FUNCTION kb._store_chunk_embed(p_kb_id integer, p_index_id bigint,
-                                                 p_document_id bigint, p_artifacts jsonb,
-                                                 p_chunk_ids jsonb)
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = kb, pg_catalog, pg_temp
-AS $$
-  SELECT kb._store_knowledge_graph(p_kb_id, p_index_id, p_document_id, p_artifacts->'graph',
-                                   p_chunk_ids)
-$$;
-COMMENT ON FUNCTION kb._store_chunk_embed(integer, bigint, bigint, jsonb, jsonb) IS
-  'Internal: a ChunkEmbed document''s own tables: its knowledge graph, when the KB has one.';

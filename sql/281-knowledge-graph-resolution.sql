@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION kb._graph_target_kinds(p_kind text) RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  -- Generated from kbpg_db.features.knowledge_graph.code_graph.TARGET_KINDS when kbpg installs this file.
+  -- Generated from kbpg_db.code_graph.TARGET_KINDS when kbpg installs this file.
   SELECT CASE p_kind
            /*@target_kinds*/WHEN 'imports' THEN ARRAY['file']/*@*/
          END
@@ -30,7 +30,7 @@ CREATE OR REPLACE FUNCTION kb._language_family(p_language text) RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  -- Generated from kbpg_db.features.knowledge_graph.code_graph.LANGUAGE_FAMILIES when kbpg installs this file.
+  -- Generated from kbpg_db.code_graph.LANGUAGE_FAMILIES when kbpg installs this file.
   SELECT CASE /*@language_families*/WHEN p_language IN ('c', 'cpp') THEN 'c'/*@*/
               ELSE p_language END
 $$;

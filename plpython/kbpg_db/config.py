@@ -8,17 +8,20 @@ wherever it is caught. Unknown fields are errors, not silently ignored.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from kbpg_db.configbase import LlmSettings, Strict, one_of, shown
-from kbpg_db.features.chunk_embed.settings import ChunkEmbedExtra
-from kbpg_db.features.doc2json.settings import Doc2JsonExtra
-from kbpg_db.features.graph_index.settings import GraphIndexExtra
 from kbpg_db.features.knowledge_graph.settings import KnowledgeGraphSettings
-from kbpg_db.features.page_index.settings import PageIndexExtra
+
+# The features' registry (kbpg_db.features.registry), read here as config.FEATURES etc.
+from kbpg_db.features.registry import FEATURES as FEATURES
+from kbpg_db.features.registry import METHODS as METHODS
+from kbpg_db.features.registry import SEARCH_TABLES as SEARCH_TABLES
+from kbpg_db.features.registry import STRATEGIES as STRATEGIES
+from kbpg_db.features.registry import Feature as Feature
+from kbpg_db.features.registry import unused_retrieval_fields as unused_retrieval_fields
 
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024  # kb.max_document_bytes' default; loaders use it too
 USAGE_MODES = ("rag", "system", "policy")
@@ -88,114 +91,6 @@ CHUNKERS = (
     "sentence",
     "semantic",
 )
-
-
-# retrieval_config fields that only some knowledge bases read.
-_TREE_FIELDS = frozenset({"max_documents", "toc_token_budget"})
-_EXPANSION_FIELDS = frozenset({"reference_expansion", "expansion_limit"})
-_GRAPH_CHANNEL_FIELDS = frozenset({"graph_weight", "graph_hops", "graph_limit"})
-_FUSION_FIELDS = frozenset(
-    {"vector_weight", "rrf_k", "fusion_depth", "fusion", "plain_query_shift"}
-)
-
-
-def unused_retrieval_fields(strategy: str, indexing_config: dict[str, Any]) -> set[str]:
-    """The retrieval_config fields a KB of this strategy and indexing_config never reads
-    (the Retrieval Lab hides them): tree search's outside PageIndex, GraphIndex's
-    expansion outside GraphIndex, the graph channel's without a knowledge graph, fusion's
-    where one method serves."""
-    unused: set[str] = set()
-    if strategy != "page_index":
-        unused |= _TREE_FIELDS
-    if strategy != "graph_index":
-        unused |= _EXPANSION_FIELDS
-    kg = indexing_config.get("knowledge_graph") or {}
-    if not (isinstance(kg, dict) and kg.get("enabled")):
-        unused |= _GRAPH_CHANNEL_FIELDS
-    spec = STRATEGIES.get(strategy)
-    if spec is not None and "hybrid" not in spec.methods:
-        unused |= _FUSION_FIELDS | _GRAPH_CHANNEL_FIELDS
-    return unused
-
-
-@dataclass(frozen=True)
-class Feature:
-    """One indexing feature, declared once. The lists that name every feature are built
-    from these declarations: the ``strategy`` setting's values and each strategy's
-    retrieval methods (here), kb._clear_index's tables and the row-level security of the
-    feature's tables (``kbpg_db.sqlgen``, expanded when kbpg installs ``sql/``).
-
-    A new strategy is one entry in FEATURES, its folder ``kbpg_db/features/<name>/``
-    (``settings.py``, and ``build.py`` with ``build``), its SQL file (``kb._store_<name>``)
-    and a migration for its tables."""
-
-    name: str  # the strategy value; its folder under kbpg_db/features
-    label: str  # how the docs and the Retrieval Lab name it
-    settings: type[BaseModel]  # indexing_config.extra (knowledge graph: .knowledge_graph)
-    # Its tables, each keyed by (kb_id, index_id) and readable as its index is: cleared
-    # in this order when a generation fails (a table before those it references).
-    tables: tuple[str, ...]
-    methods: tuple[str, ...] = ()  # retrieval methods, the default first; () = no strategy
-    uses_llm: bool = False  # an LLM builds its index (the knowledge graph: by its settings)
-    # Search steps of its own, in its SQL file, which kb._search_core calls for its KBs:
-    # kb._search_<name>(plan, query) ranks the candidates in place of the fused channels;
-    # kb._after_search_<name>(plan, rows) adds rows after the hits.
-    own_search: bool = False
-    after_search: bool = False
-
-
-FEATURES = (
-    Feature(
-        "chunk_embed",
-        "ChunkEmbed",
-        ChunkEmbedExtra,
-        tables=(),
-        methods=("hybrid", "vector", "full_text"),
-    ),
-    Feature(
-        "page_index",
-        "PageIndex",
-        PageIndexExtra,
-        tables=("page_index_node", "page_index_toc"),
-        methods=("tree_search",),
-        uses_llm=True,
-        own_search=True,
-    ),
-    Feature(
-        "graph_index",
-        "GraphIndex",
-        GraphIndexExtra,
-        tables=("graph_index_reference",),
-        methods=("hybrid", "vector", "full_text"),
-        uses_llm=True,
-        after_search=True,
-    ),
-    Feature(
-        "doc2json",
-        "Doc2JSON",
-        Doc2JsonExtra,
-        tables=("doc2json_document",),
-        methods=("vector",),
-        uses_llm=True,
-    ),
-    Feature(
-        "knowledge_graph",
-        "knowledge graph",
-        KnowledgeGraphSettings,
-        tables=(
-            "graph_community",
-            "graph_community_state",
-            "graph_entity_merge",
-            "graph_edge",
-            "graph_node",
-        ),
-    ),
-)
-# The searchable units every strategy stores (term expansion's vocabulary, BM25, vectors,
-# chunks), cleared last.
-SEARCH_TABLES = ("term_vector", "term_vector_state", "posting", "term_stat", "embedding", "chunk")
-STRATEGIES: dict[str, Feature] = {f.name: f for f in FEATURES if f.methods}
-METHODS = tuple(dict.fromkeys(m for f in FEATURES for m in f.methods))
 
 
 class IndexingConfig(Strict):

@@ -16,8 +16,7 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from kbpg_db import __version__, config, convert
-from kbpg_db.features.knowledge_graph import code_graph
+from kbpg_db import __version__, code_graph, config, convert
 
 # kb.search's parameter names where they differ from the config field (kept for callers).
 SQL_NAMES = {"bm25_k1": "k1", "bm25_b": "b"}

@@ -350,7 +350,7 @@ def test_job_outcomes_match_the_worker(conn: psycopg.Connection) -> None:
 
 
 def test_code_graph_vocabularies_match_their_sql(conn: psycopg.Connection) -> None:
-    from kbpg_db.features.knowledge_graph import code_graph
+    from kbpg_db import code_graph
 
     for kind, targets in code_graph.TARGET_KINDS.items():
         got = conn.execute("SELECT kb._graph_target_kinds(%s)", (kind,)).fetchone()[0]

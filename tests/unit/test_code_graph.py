@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kbpg_db import chunking, tokens
+from kbpg_db import chunking, code_graph, tokens
 from kbpg_db.config import IndexingConfig
 from kbpg_db.features.chunk_embed import build as chunk_embed
 from kbpg_db.features.knowledge_graph import build as knowledge_graph
-from kbpg_db.features.knowledge_graph import code_graph
 
 from kbpg.errors import DocumentError
 from kbpg.loaders import discover, load_file

@@ -1,7 +1,7 @@
 """The indexing features, one folder each, behind one small interface.
 
-Each feature's folder holds its settings model (``settings.py``, declared in
-``kbpg_db.config.FEATURES``) and its build code (``build.py``):
+Each feature is declared once in ``kbpg_db.features.registry``; its folder holds its
+settings model (``settings.py``) and its build code (``build.py``):
 
 - ``chunk_embed``: chunks with vectors and BM25 (sql/200-documents.sql, 300-bm25.sql);
 - ``page_index``: heading trees with summaries, PDF structure, Tree Search

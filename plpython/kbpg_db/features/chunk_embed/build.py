@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbpg_db import chunking, embedding, tokens
+from kbpg_db import chunking, code_graph, embedding, tokens
 from kbpg_db.config import LOCAL_MODEL, MULTILINGUAL_MODEL, IndexingConfig
 from kbpg_db.features import BuildContext, Built, Document
 from kbpg_db.features.knowledge_graph import build as knowledge_graph
-from kbpg_db.features.knowledge_graph import code_graph
 
 # The rows kb.prefetch_embeddings cut for the documents it embedded ahead, kept in this
 # server process for their jobs' own builds (rows_ahead, take_rows), so a batched document

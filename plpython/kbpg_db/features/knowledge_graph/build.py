@@ -21,10 +21,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kbpg_db import chunking, embedding, tokens
+from kbpg_db import chunking, code_graph, embedding, tokens
 from kbpg_db.config import IndexingConfig
 from kbpg_db.features import StrategyError
-from kbpg_db.features.knowledge_graph import code_graph
 from kbpg_db.llm import Llm, Request
 
 
