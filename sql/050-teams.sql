@@ -227,7 +227,7 @@ END
 $$;
 COMMENT ON FUNCTION kb._get_team(text) IS 'Internal: a team by name (definer context).';
 
-CREATE OR REPLACE FUNCTION kb._require_team_admin(v_team kb.team, p_role name) RETURNS void
+CREATE OR REPLACE FUNCTION kb._require_team_admin(v_team kb.team, p_role name) RETURNS kb.team
 LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -238,10 +238,24 @@ BEGIN
     RAISE EXCEPTION 'only an admin of team "%" can change its members', v_team.name
       USING ERRCODE = 'insufficient_privilege';
   END IF;
+  RETURN v_team;
 END
 $$;
 COMMENT ON FUNCTION kb._require_team_admin(kb.team, name) IS
-  'Internal: insufficient_privilege unless the role administers the team.';
+  'Internal: the team, or insufficient_privilege unless the role administers it.';
+
+CREATE OR REPLACE FUNCTION kb._team_administered_by(p_team text, p_role name) RETURNS kb.team
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+BEGIN
+  PERFORM kb._check_actor(p_role);
+  RETURN kb._require_team_admin(kb._get_team(p_team), p_role);
+END
+$$;
+COMMENT ON FUNCTION kb._team_administered_by(text, name) IS
+  'Internal: the preamble of a change to a team''s members: the acting role checked, the '
+  'team found, and the role its admin.';
 
 CREATE OR REPLACE FUNCTION kb.create_team(name text, acting_as name DEFAULT current_user)
 RETURNS integer
@@ -276,9 +290,7 @@ AS $$
 DECLARE
   v_team kb.team;
 BEGIN
-  PERFORM kb._check_actor(acting_as);
-  v_team := kb._get_team(team);
-  PERFORM kb._require_team_admin(v_team, acting_as);
+  v_team := kb._team_administered_by(team, acting_as);
   IF role IS NULL OR role NOT IN ('member', 'admin') THEN
     RAISE EXCEPTION 'role must be member or admin (got %)', coalesce(quote_literal(role), 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
@@ -305,9 +317,7 @@ AS $$
 DECLARE
   v_team kb.team;
 BEGIN
-  PERFORM kb._check_actor(acting_as);
-  v_team := kb._get_team(team);
-  PERFORM kb._require_team_admin(v_team, acting_as);
+  v_team := kb._team_administered_by(team, acting_as);
   -- Off-boarding must not fail silently: a mistyped role, or one not in the team, is an
   -- error. (A member row whose role was dropped since is still removed.)
   IF NOT EXISTS (SELECT 1 FROM kb.team_member m
@@ -378,6 +388,26 @@ $$;
 COMMENT ON FUNCTION kb._kb_visible_to(text, name) IS
   'Internal: a KB by name as the role would see it under row-level security (definer context).';
 
+CREATE OR REPLACE FUNCTION kb._kb_acted_on(p_name text, p_role name, p_manage text DEFAULT NULL)
+RETURNS kb.knowledge_base
+LANGUAGE plpgsql STABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v kb.knowledge_base;
+BEGIN
+  PERFORM kb._check_actor(p_role);
+  v := kb._kb_visible_to(p_name, p_role);
+  IF p_manage IS NOT NULL THEN
+    PERFORM kb._require_manage(v, p_manage, p_role);
+  END IF;
+  RETURN v;
+END
+$$;
+COMMENT ON FUNCTION kb._kb_acted_on(text, name, text) IS
+  'Internal: the preamble of a SECURITY DEFINER function on a KB: the acting role checked, '
+  'the KB as it sees it, and (p_manage: the action, e.g. share) that it may manage the KB.';
+
 CREATE OR REPLACE FUNCTION kb.share_knowledge_base(kb text, team text,
                                                    permission text DEFAULT 'read_only',
                                                    acting_as name DEFAULT current_user)
@@ -389,9 +419,7 @@ DECLARE
   v_kb   kb.knowledge_base;
   v_team kb.team;
 BEGIN
-  PERFORM kb._check_actor(acting_as);
-  v_kb := kb._kb_visible_to(kb, acting_as);
-  PERFORM kb._require_manage(v_kb, 'share', acting_as);
+  v_kb := kb._kb_acted_on(kb, acting_as, 'share');
   IF permission IS DISTINCT FROM 'read_only' THEN
     RAISE EXCEPTION 'permission must be read_only (got %)', coalesce(quote_literal(permission), 'NULL')
       USING ERRCODE = 'invalid_parameter_value',
@@ -429,9 +457,7 @@ DECLARE
   v_kb   kb.knowledge_base;
   v_team kb.team;
 BEGIN
-  PERFORM kb._check_actor(acting_as);
-  v_kb := kb._kb_visible_to(kb, acting_as);
-  PERFORM kb._require_manage(v_kb, 'unshare', acting_as);
+  v_kb := kb._kb_acted_on(kb, acting_as, 'unshare');
   v_team := kb._get_team(team);
   DELETE FROM kb.kb_share s WHERE s.kb_id = v_kb.id AND s.team_id = v_team.id;
   IF NOT FOUND THEN
@@ -451,8 +477,7 @@ AS $$
 DECLARE
   v_kb kb.knowledge_base;
 BEGIN
-  PERFORM kb._check_actor(acting_as);
-  v_kb := kb._kb_visible_to(kb, acting_as);
+  v_kb := kb._kb_acted_on(kb, acting_as);
   IF NOT kb._can_write_as(v_kb.id, acting_as) THEN
     RAISE EXCEPTION 'the shares of knowledge base "%" are shown to its own team only', kb
       USING ERRCODE = 'insufficient_privilege';
