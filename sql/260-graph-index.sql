@@ -67,13 +67,7 @@ GRANT SELECT ON kb.graph_index_documents TO PUBLIC;
 -- each names that hit and the reference.
 CREATE OR REPLACE FUNCTION kb._after_search_graph_index(p_plan kb.search_plan,
                                                         p_rows kb.search_stage[])
-RETURNS TABLE (chunk_id bigint, final_rank integer, score double precision,
-               vector_rank integer, vector_score double precision,
-               bm25_rank integer, bm25_score double precision,
-               fused_rank integer, fused_score double precision,
-               rerank_rank integer, rerank_score double precision,
-               method text, note text, usage jsonb, expanded_from bigint, expansion text,
-               graph_rank integer, graph_path text)
+RETURNS TABLE (chunk_id bigint, final_rank integer, expanded_from bigint, expansion text)
 LANGUAGE plpgsql STABLE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -97,10 +91,7 @@ BEGIN
   )
   SELECT c.target_chunk_id,
          (cardinality(v_hits) + row_number() OVER (ORDER BY c.fr, c.ordinal))::integer,
-         NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
-         NULL::double precision, NULL::integer, NULL::double precision, NULL::integer,
-         NULL::double precision, p_plan.method, p_plan.note, coalesce(p_plan.usage, '{}'),
-         c.via, c.kind || ': ' || c.phrase, NULL::integer, NULL::text
+         c.via, c.kind || ': ' || c.phrase
   FROM cand c WHERE c.k = 1
   ORDER BY c.fr, c.ordinal
   LIMIT (p_plan.config->>'expansion_limit')::integer;
@@ -108,5 +99,5 @@ END
 $$;
 COMMENT ON FUNCTION kb._after_search_graph_index(kb.search_plan, kb.search_stage[]) IS
   'Internal: a GraphIndex search''s expansion (reference_expansion, at most expansion_limit '
-  'sections): the sections the hits reference, each with the hit that refers to it '
-  '(expanded_from) and the reference (expansion).';
+  'sections): the sections the hits reference, each ranked after the hits, with the hit that '
+  'refers to it (expanded_from) and the reference (expansion).';

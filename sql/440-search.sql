@@ -63,7 +63,8 @@ BEGIN
          v_gpath[array_position(v_gchunk, r.chunk_id)]
   FROM r WHERE r.fr <= v_plan.top_k ORDER BY r.fr;
 
-  -- A strategy's step after search (kb._after_search_<name>): more rows after the hits.
+  -- A strategy's step after search (kb._after_search_<name>): more rows after the hits
+  -- (their chunk, rank, and the hit and reference they come from).
   IF cardinality(v_rows) > 0 THEN
     CASE v_plan.strategy
       /*@after_search_arms*/

@@ -125,11 +125,21 @@ def _own_search_arms() -> str:
 def _after_search_arms() -> str:
     """kb._search_core's dispatch to the strategies' steps after search."""
     return "\n      ".join(
-        f"WHEN '{f.name}' THEN\n"
-        f"        RETURN QUERY SELECT * FROM kb._after_search_{f.name}(v_plan, v_rows);"
+        f"WHEN '{f.name}' THEN\n        RETURN QUERY SELECT {_AFTER_SEARCH_ROW} "
+        f"FROM kb._after_search_{f.name}(v_plan, v_rows) a;"
         for f in config.FEATURES
         if f.after_search
     )
+
+
+# An after-search row (chunk_id, final_rank, expanded_from, expansion) as one of
+# kb._search_core's: no stage scores, the search's method, note and usage.
+_AFTER_SEARCH_ROW = (
+    "a.chunk_id, a.final_rank, NULL::double precision, NULL::integer, NULL::double precision, "
+    "NULL::integer, NULL::double precision, NULL::integer, NULL::double precision, "
+    "NULL::integer, NULL::double precision, v_plan.method, v_plan.note, "
+    "coalesce(v_plan.usage, '{}'), a.expanded_from, a.expansion, NULL::integer, NULL::text"
+)
 
 
 def _family_arms() -> str:
