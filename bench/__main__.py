@@ -30,7 +30,6 @@ GROUPS = (
     "rls",
     "graph",
     "docs",
-    "directions",
     "codegraph",
     "ingest",
     "startup",

@@ -27,7 +27,7 @@ TEMPLATE = "kbpg_template"
 # Test modules whose subject is an LLM feature (a scripted OpenAI-compatible server, or the
 # local GGUF smoke test): marked `llm`, so `make test-fast` can leave them out.
 LLM_MODULES = {"test_llm", "test_llm_local", "test_doc2json", "test_tree_search", "test_triplets"}
-SLOW_MODULES = {"test_wheel", "test_bench_code"}
+SLOW_MODULES = {"test_wheel", "test_bench_code", "test_research"}
 _counter = itertools.count()
 
 

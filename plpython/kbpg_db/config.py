@@ -26,9 +26,8 @@ from kbpg_db.features.registry import unused_retrieval_fields as unused_retrieva
 MAX_DOCUMENT_BYTES = 50 * 1024 * 1024  # kb.max_document_bytes' default; loaders use it too
 USAGE_MODES = ("rag", "system", "policy")
 # BM25's k1 where retrieval_config leaves bm25_k1 unset: full_text alone saturates term
-# frequency later than hybrid's BM25 channel (docs/performance.md, `make bench
-# ONLY=directions`: 1.5 wins every measure on the three sets for full_text, and costs
-# hybrid on all three).
+# frequency later than hybrid's BM25 channel (docs/decisions.md, `make research`: 1.5
+# wins every measure on the three sets for full_text, and costs hybrid on all three).
 BM25_K1 = 1.2
 BM25_K1_FULL_TEXT = 1.5
 # full_text's term expansion: the words added to a query unless the KB says otherwise,

@@ -1,0 +1,1 @@
+"""Research: directions measured against kbpg's search, outside the product (README.md)."""
