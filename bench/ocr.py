@@ -21,7 +21,7 @@ def _recall(truth: str, read: str) -> float:
 
 def bench_ocr(dsn: str, quick: bool) -> dict[str, Any]:
     del dsn  # conversion runs in this process, as the server's converter child does
-    if convert._tesseract() is None:
+    if convert.ocr._tesseract() is None:
         return {"workload": "skipped: Tesseract is not installed (make setup installs it)"}
     pages = 2 if quick else 6
     columns = [
@@ -30,7 +30,7 @@ def bench_ocr(dsn: str, quick: bool) -> dict[str, Any]:
     truth = [" ".join(p for col in cols for p in col) for cols in columns]
     out: dict[str, Any] = {
         "workload": f"a {pages}-page PDF of A4 scans (two columns, 1 degree turned, 1% speckle) "
-        f"read by convert.convert, rendered at {convert.OCR_DPI} dpi, one Tesseract thread",
+        f"read by convert.convert, rendered at {convert.ocr.OCR_DPI} dpi, one Tesseract thread",
     }
     for dpi in (150, 300):
         pngs = [

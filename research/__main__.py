@@ -1,5 +1,5 @@
-"""`make research` (`python -m research`): every direction of research/directions.py
-replayed on the four evaluation sets beside kbpg's defaults.
+"""`make research` (`python -m research`): the directions of research/directions.py replayed
+on the four evaluation sets beside kbpg's defaults.
 
 Writes the run to research/results/latest.json, appends it to
 research/results/history.jsonl and rewrites research/RESULTS.md from the latest run.

@@ -14,7 +14,7 @@ from tests.fakeprovider import FakeProvider
 
 # OCR's tests need Debian's Tesseract (make setup installs it); elsewhere they say so.
 needs_tesseract = pytest.mark.skipif(
-    convert._tesseract() is None, reason="Tesseract is not installed (make setup installs it)"
+    convert.ocr._tesseract() is None, reason="Tesseract is not installed (make setup installs it)"
 )
 
 

@@ -342,12 +342,12 @@ def test_a_reader_that_cannot_load_its_library_does_not_blame_the_file() -> None
         except ImportError as cause:
             raise MissingDependencyException("PptxConverter recognized the input") from cause
     except MissingDependencyException as exc:
-        err = convert._reader_failed("PPTX", exc)
+        err = convert.office._reader_failed("PPTX", exc)
     assert str(err) == (
         "could not be converted: the PPTX reader's library could not be loaded (ImportError: "
         "lxml/etree.so: failed to map segment from shared object)"
     )
-    assert str(convert._reader_failed("PPTX", ValueError("bad zip"))) == (
+    assert str(convert.office._reader_failed("PPTX", ValueError("bad zip"))) == (
         "is not a valid PPTX file (ValueError: bad zip)"
     )
     # What a refused allocation reads like, from the loader, OpenBLAS or C++.
@@ -357,8 +357,8 @@ def test_a_reader_that_cannot_load_its_library_does_not_blame_the_file() -> None
         "std::bad_alloc",
         "OSError: [Errno 12] Cannot allocate memory",
     ):
-        assert convert._OUT_OF_MEMORY.search(text), text
-    assert not convert._OUT_OF_MEMORY.search("is not a valid PPTX file (KeyError: 'x')")
+        assert convert.isolation._OUT_OF_MEMORY.search(text), text
+    assert not convert.isolation._OUT_OF_MEMORY.search("is not a valid PPTX file (KeyError: 'x')")
 
 
 def test_the_converters_stdout_carries_only_its_reply(tmp_path: Path) -> None:
@@ -368,7 +368,7 @@ def test_the_converters_stdout_carries_only_its_reply(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    plpython = str(Path(convert.__file__).resolve().parents[1])
+    plpython = str(Path(convert.__file__).resolve().parents[2])
     noisy = (
         f"import os, sys; sys.path[:0] = [{plpython!r}]; from kbpg_db import convert; "
         "real = convert.convert\n"
@@ -553,7 +553,7 @@ def test_search_results_lose_their_trackers_not_their_titles() -> None:
     ],
 )
 def test_link_targets(href: str, target: str | None) -> None:
-    assert convert._link_target(href) == target
+    assert convert.html._link_target(href) == target
 
 
 def test_html_permalink_anchors_stay_out_of_headings_and_text() -> None:
