@@ -71,6 +71,24 @@ def _rows(prefix: str, value: Any) -> list[tuple[str, str]]:
     return [(prefix, f"{value:.4g}" if isinstance(value, float) else str(value))]
 
 
+def figures_table(run: dict[str, Any], data: dict[str, Any]) -> list[str]:
+    """A group's figures as Markdown: its workload, when and where, a row a figure."""
+    out = [
+        f"{data.get('workload', '')}",
+        "",
+        f"Measured {run['started']} on {run['machine']}.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+    ]
+    return out + [
+        f"| {k} | {v} |"
+        for key, value in data.items()
+        if key != "workload"
+        for k, v in _rows(key, value)
+    ]
+
+
 def write_results_md(runs: list[dict[str, Any]]) -> Path:
     """bench/RESULTS.md: for each group, the figures of the latest full run that had it."""
     latest: dict[str, dict[str, Any]] = {}
@@ -88,26 +106,9 @@ def write_results_md(runs: list[dict[str, Any]]) -> Path:
         "GROUP` reruns one group. docs/performance.md explains the figures.",
     ]
     for group in (*GROUPS, *ON_REQUEST):
-        if group not in latest:
-            continue
-        run, data = latest[group]["run"], latest[group]["data"]
-        out += [
-            "",
-            f"## {group}",
-            "",
-            f"{data.get('workload', '')}",
-            "",
-            f"Measured {run['started']} on {run['machine']}.",
-            "",
-            "| figure | value |",
-            "|---|---|",
-        ]
-        out += [
-            f"| {k} | {v} |"
-            for key, value in data.items()
-            if key != "workload"
-            for k, v in _rows(key, value)
-        ]
+        if group in latest:
+            out += ["", f"## {group}", ""]
+            out += figures_table(latest[group]["run"], latest[group]["data"])
     path = HERE / "RESULTS.md"
     path.write_text("\n".join(out) + "\n")
     return path

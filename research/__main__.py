@@ -21,27 +21,15 @@ RESULTS = HERE / "results"
 
 
 def write_results_md(run: dict[str, Any]) -> Path:
-    from bench.__main__ import _rows
+    from bench.__main__ import figures_table
 
-    data = run["directions"]
     out = [
         "# Research results",
         "",
         "Written by `make research` (`python -m research`) from its latest run.",
         "README.md explains the directions; docs/decisions.md what was decided.",
         "",
-        f"{data.get('workload', '')}",
-        "",
-        f"Measured {run['started']} on {run['machine']}.",
-        "",
-        "| figure | value |",
-        "|---|---|",
-    ]
-    out += [
-        f"| {k} | {v} |"
-        for key, value in data.items()
-        if key != "workload"
-        for k, v in _rows(key, value)
+        *figures_table(run, run["directions"]),
     ]
     path = HERE / "RESULTS.md"
     path.write_text("\n".join(out) + "\n")
