@@ -273,10 +273,15 @@ class Cluster:
         legacy = self.plpython_dir / "kbpg_db"
         if legacy.exists():
             shutil.rmtree(legacy)
-        target = self.plpython_dir / "releases" / __version__ / "kbpg_db"
+        self.install_release(plpython_source(), __version__)
+
+    def install_release(self, package: Path, version: str) -> None:
+        """Put a release's kbpg_db package (the folder ``package``) in
+        ``releases/<version>/``, readable by the server's OS user."""
+        target = self.plpython_dir / "releases" / version / "kbpg_db"
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(plpython_source(), target, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__"))
         for root, _dirs, files in os.walk(self.plpython_dir):
             os.chmod(root, 0o755)
             for name in files:

@@ -225,7 +225,10 @@ def _migrate_once(
             # What the release no longer defines, or defines in a way CREATE OR REPLACE
             # cannot change in place, goes first: no hand-written DROP in a migration.
             applied += [
-                f"drop {name}" for name in drop_stale_functions(conn, [b for _, b in bodies])
+                f"drop {name}"
+                for name in drop_stale_functions(
+                    conn, [b for _, b in bodies], pinned.removeprefix("SET search_path = ")
+                )
             ]
             for name, body in bodies:
                 conn.execute(body.replace(SEARCH_PATH, pinned))
@@ -322,26 +325,22 @@ ORDER BY 1
 """
 
 
-def drop_stale_functions(conn: Any, bodies: list[str]) -> list[str]:
+def drop_stale_functions(conn: Any, bodies: list[str], search_path: str) -> list[str]:
     """Drop every routine of the kb schema that the SQL texts about to run do not define,
     and every one they define in a way CREATE OR REPLACE refuses to change in place (its
     return type, OUT columns or input names changed, or defaults taken away): they are
     created afresh. Returns what was dropped. A routine that something still depends on
-    (a policy, a trigger, a view) is an :class:`InstallError`: that needs a migration."""
+    (a policy, a trigger, a view) is an :class:`InstallError`: that needs a migration.
+
+    ``search_path`` is the one the functions pin (pgvector's schema included): the types
+    are resolved through it. A type the scripts have not created yet resolves to NULL:
+    nothing existing has it."""
     defined = defined_routines(bodies)
     written = sorted(
         {t for r in defined for t in (*r.args, *(c for _, c in r.columns), r.returns or "")} - {""}
     )
-    # Types resolve through the path the functions pin (pgvector's schema included);
-    # a type the scripts have not created yet resolves to NULL: nothing existing has it.
-    vector_schema = conn.execute(
-        "SELECT quote_ident(n.nspname) FROM pg_extension e "
-        "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
-    ).fetchone()[0]
     previous = conn.execute("SELECT current_setting('search_path')").fetchone()[0]
-    conn.execute(
-        "SELECT set_config('search_path', %s, true)", (f"kb, {vector_schema}, pg_catalog",)
-    )
+    conn.execute("SELECT set_config('search_path', %s, true)", (search_path,))
     canonical = dict(
         conn.execute(
             "SELECT t, format_type(to_regtype(t), NULL) FROM unnest(%s::text[]) t", (written,)

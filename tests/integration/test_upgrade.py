@@ -188,18 +188,6 @@ def _old(tree: Path, code: str, *args: str) -> str:
     return done.stdout
 
 
-def _install_plpython(cluster: Cluster, tree: Path, version: str) -> None:
-    import shutil
-
-    target = cluster.plpython_dir / "releases" / version / "kbpg_db"
-    if not target.exists():
-        shutil.copytree(tree / "plpython" / "kbpg_db", target)
-        for root, _dirs, files in os.walk(target.parent):
-            os.chmod(root, 0o755)
-            for name in files:
-                os.chmod(os.path.join(root, name), 0o644)
-
-
 def _search(conn: Any) -> list[tuple[Any, ...]]:
     return conn.execute(
         "SELECT title, content FROM kb.search('upgrade', 'tea from assam', top_k => 3)"
@@ -214,7 +202,7 @@ def test_upgrade_from_0_3_0_with_a_search_open(
     tree = _release_tree(RELEASE_0_3_0, tmp_path / "kbpg-0.3.0")
     old_version = _old(tree, "import kbpg_db; print(kbpg_db.__version__)").strip()
     assert old_version == "0.3.0" != __version__
-    _install_plpython(cluster, tree, old_version)
+    cluster.install_release(tree / "plpython" / "kbpg_db", old_version)
     name = f"kbpg_upgrade_{os.getpid()}"
     janitor = new_database(cluster, name)
     dsn = cluster.dsn(name)
