@@ -4,6 +4,16 @@
 -- its leases are sql/220-jobs.sql. kb.prefetch_embeddings embeds claimed jobs' chunks ahead.
 -- Every statement reads and writes one KB's rows, kb_id fixed.
 
+CREATE OR REPLACE FUNCTION kb._build_reads_file(indexing_config jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+  SELECT /*@reads_file_arms*/false/*@*/
+$$;
+COMMENT ON FUNCTION kb._build_reads_file(jsonb) IS
+  'Internal: whether a build under this indexing_config reads the document''s stored '
+  'original file (generated from the strategies'' declarations).';
+
 CREATE OR REPLACE FUNCTION kb.process_job(kb_id integer, job_id bigint, worker text)
 RETURNS kb.job_outcome
 LANGUAGE plpgsql VOLATILE
@@ -62,8 +72,7 @@ BEGIN
                               -- What conversion found (pages, outline) under the metadata.
                               v_doc.page_starts, coalesce(v_doc.source_meta, '{}') || v_doc.metadata,
                               -- The original file, only for a strategy that reads it.
-                              CASE WHEN v_ix.indexing_config->>'strategy' = 'doc2json'
-                                        AND v_ix.indexing_config->'extra'->>'mode' = 'image'
+                              CASE WHEN kb._build_reads_file(v_ix.indexing_config)
                                    THEN (SELECT f.data FROM kb.document_file f
                                           WHERE f.kb_id = v_kb AND f.document_id = v_doc.id)
                               END,

@@ -26,7 +26,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 TREE_SITTER = {
     ".py": "python",
@@ -150,18 +150,8 @@ def module_key(path: str, language: str, package: str | None = None) -> str:
     """A file's module as a path: ``shapes/base`` (Python, JS/TS, C/C++, Rust), its
     package's path (Java ``com/demo``, Go's directory)."""
     stem = posixpath.splitext(path)[0]
-    if language == "java" and package:
-        return package.replace(".", "/")
-    if language == "go":
-        return posixpath.dirname(path) or (package or "")
-    if language == "python" and stem.endswith("/__init__"):
-        return stem[: -len("/__init__")]
-    if language == "rust":
-        if stem.endswith(("/mod", "/lib", "/main")):
-            return posixpath.dirname(stem)
-    if LANGUAGE_FAMILIES.get(language) == "javascript" and stem.endswith("/index"):
-        return posixpath.dirname(stem)
-    return stem
+    syntax = _LANGUAGES.get(language)
+    return syntax.module(path, stem, package) if syntax is not None else stem
 
 
 def _python_module(path: str, dots: int, name: str) -> str:
@@ -207,86 +197,7 @@ def _relative(path: str, spec: str) -> str:
     return spec
 
 
-# --- tree-sitter ----------------------------------------------------------------------------
-_GRAMMARS = {
-    "python": "tree_sitter_python",
-    "javascript": "tree_sitter_javascript",
-    "go": "tree_sitter_go",
-    "rust": "tree_sitter_rust",
-    "java": "tree_sitter_java",
-    "c": "tree_sitter_c",
-    "cpp": "tree_sitter_cpp",
-}
-
-
-@cache
-def _parser(language: str) -> Any:
-    """A tree-sitter parser for a language, from its grammar wheel (imported on first use)."""
-    import tree_sitter
-
-    if language in ("typescript", "tsx"):
-        import tree_sitter_typescript as ts
-
-        grammar = ts.language_tsx() if language == "tsx" else ts.language_typescript()
-    else:
-        grammar = importlib.import_module(_GRAMMARS[language]).language()
-    return tree_sitter.Parser(tree_sitter.Language(grammar))
-
-
-_DEFS: dict[str, dict[str, str]] = {
-    "python": {"function_definition": "function", "class_definition": "class"},
-    "javascript": {
-        "function_declaration": "function",
-        "generator_function_declaration": "function",
-        "class_declaration": "class",
-        "method_definition": "method",
-    },
-    "go": {
-        "function_declaration": "function",
-        "method_declaration": "method",
-        "method_elem": "method",
-    },
-    "rust": {
-        "function_item": "function",
-        "function_signature_item": "function",
-        "struct_item": "struct",
-        "enum_item": "enum",
-        "trait_item": "trait",
-        "impl_item": "impl",
-    },
-    "java": {
-        "class_declaration": "class",
-        "record_declaration": "class",
-        "interface_declaration": "interface",
-        "enum_declaration": "enum",
-        "method_declaration": "method",
-        "constructor_declaration": "method",
-    },
-    "c": {"function_definition": "function"},
-}
-_DEFS["typescript"] = {
-    **_DEFS["javascript"],
-    "abstract_class_declaration": "class",
-    "interface_declaration": "interface",
-    "enum_declaration": "enum",
-    "method_signature": "method",
-    "abstract_method_signature": "method",
-}
-_DEFS["tsx"] = _DEFS["typescript"]
-_DEFS["cpp"] = {"function_definition": "function", "class_specifier": "class"}
-_CALLS: dict[str, dict[str, str]] = {
-    "python": {"call": "function"},
-    "javascript": {"call_expression": "function", "new_expression": "constructor"},
-    "go": {"call_expression": "function"},
-    "rust": {"call_expression": "function"},
-    "java": {"method_invocation": "name", "object_creation_expression": "type"},
-    "c": {"call_expression": "function"},
-    "cpp": {"call_expression": "function", "new_expression": "type"},
-}
-_CALLS["typescript"] = _CALLS["tsx"] = _CALLS["javascript"]
-_SCOPES = {"namespace_definition", "mod_item", "internal_module", "module"}
-_SELF = {"self", "this", "cls", "Self", "super"}
-_SUPER = re.compile(r"^super\s*(\(.*\))?$", re.S)
+# --- tree-sitter: reading nodes -------------------------------------------------------------
 _DECLARATOR_WRAPPERS = {
     "function_declarator",
     "pointer_declarator",
@@ -373,10 +284,501 @@ def _is_function_declarator(node: Any) -> bool:
     return d is not None and d.type == "function_declarator"
 
 
+def _children(node: Any, types: tuple[str, ...]) -> list[Any]:
+    return [c for c in node.named_children if c.type in types]
+
+
+def _descendants(node: Any, types: tuple[str, ...]) -> list[Any]:
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            out.append(n)
+        stack.extend(reversed(n.named_children))
+    return out
+
+
+def _rust_use(arg: Any) -> tuple[str, list[str]]:
+    """``crate::shapes::{Area, Rect}`` -> ("crate::shapes", ["Area", "Rect"])."""
+    if arg.type == "scoped_use_list":
+        path = arg.child_by_field_name("path")
+        items = arg.child_by_field_name("list")
+        names = [
+            _text(c).split("::")[-1] for c in (items.named_children if items is not None else [])
+        ]
+        return _text(path), [n for n in names if n != "self"]
+    if arg.type == "use_as_clause":
+        path = _text(arg.child_by_field_name("path"))
+        alias = _text(arg.child_by_field_name("alias"))
+        return path.rpartition("::")[0], [alias]
+    text = _text(arg)
+    base, _, name = text.rpartition("::")
+    return base, [] if name == "*" else [name]
+
+
+# --- tree-sitter: the languages --------------------------------------------------------------
+class _Language:
+    """One tree-sitter language as the walker reads it: the node types that define
+    something and that call, and the hooks where languages differ (imports, the file's
+    package, a definition's shape, what a class extends). The walker names no language."""
+
+    grammar_module = ""
+    grammar_function = "language"
+    definitions: ClassVar[dict[str, str]] = {}  # node type -> definition kind
+    calls: ClassVar[dict[str, str]] = {}  # node type -> the field naming the callee
+    super_calls = True  # super().m() / super.m() call a base class's m
+
+    def grammar(self) -> Any:
+        return getattr(importlib.import_module(self.grammar_module), self.grammar_function)()
+
+    def module(self, path: str, stem: str, package: str | None) -> str:
+        """The file's module key (module_key)."""
+        return stem
+
+    def package_of(self, node: Any) -> str | None:
+        """The package a top-level node declares (Java, Go), else None."""
+        return None
+
+    def prefix(self, path: str, package: str | None) -> list[str]:
+        """What the file's qualified names start with."""
+        return []
+
+    def imports(self, w: _Walker, node: Any) -> None:
+        """Record an import node's references and the names it binds."""
+
+    def definition(
+        self, node: Any, kind: str | None, member_of: str | None
+    ) -> tuple[str, str, str | None] | None:
+        """(kind, name, member_of) when ``node`` defines something (``kind`` is its node
+        type's in ``definitions``), else None."""
+        if kind is None:
+            return None
+        if kind == "function" and member_of is not None:
+            kind = "method"
+        return kind, _text(node.child_by_field_name("name")), member_of
+
+    def heritage(self, node: Any) -> list[tuple[str, Any]]:
+        """(inherits or implements, type node) for what a definition extends."""
+        return []
+
+    def callee(self, node: Any, target: Any) -> tuple[str, str | None]:
+        """The called name and its qualifier."""
+        return _callee(target)
+
+    def qualified_module(self, path: str, qualifier: str) -> str:
+        """The module a ``a::b`` qualifier names."""
+        return qualifier.replace("::", "/")
+
+    def unqualified_modules(self, w: _Walker) -> list[str]:
+        """Where an unqualified name no import binds may be defined."""
+        return []
+
+
+class _Python(_Language):
+    grammar_module = "tree_sitter_python"
+    definitions: ClassVar[dict[str, str]] = {
+        "function_definition": "function",
+        "class_definition": "class",
+    }
+    calls: ClassVar[dict[str, str]] = {"call": "function"}
+
+    def module(self, path: str, stem: str, package: str | None) -> str:
+        return stem[: -len("/__init__")] if stem.endswith("/__init__") else stem
+
+    def prefix(self, path: str, package: str | None) -> list[str]:
+        return [p for p in module_key(path, "python").split("/") if p]
+
+    def imports(self, w: _Walker, node: Any) -> None:
+        if node.type == "import_statement":
+            for child in node.named_children:
+                name_node = (
+                    child.child_by_field_name("name") if child.type == "aliased_import" else child
+                )
+                alias_node = (
+                    child.child_by_field_name("alias") if child.type == "aliased_import" else None
+                )
+                dotted = _text(name_node)
+                module = dotted.replace(".", "/")
+                w.ref(0, "imports", dotted, node, modules=[module])
+                w.aliases[_text(alias_node) if alias_node is not None else dotted.split(".")[0]] = [
+                    module
+                ]
+            return
+        if node.type != "import_from_statement":
+            return
+        written = _text(node.child_by_field_name("module_name"))
+        dots = len(written) - len(written.lstrip("."))
+        base = (
+            _python_module(w.path, dots, written.lstrip(".")) if dots else written.replace(".", "/")
+        )
+        names = []
+        for child in node.children_by_field_name("name"):
+            name_node = (
+                child.child_by_field_name("name") if child.type == "aliased_import" else child
+            )
+            alias_node = (
+                child.child_by_field_name("alias") if child.type == "aliased_import" else None
+            )
+            name = _text(name_node)
+            names.append(name)
+            # The name is a definition in the module, or a module in the package.
+            w.aliases[_text(alias_node) if alias_node is not None else name] = [
+                base,
+                posixpath.join(base, name.replace(".", "/")) if base else name,
+            ]
+        targets = [posixpath.join(base, n) if base else n for n in names] + [base]
+        shown = written if written.strip(".") else written + ", ".join(names)  # ".base"
+        w.ref(0, "imports", shown, node, modules=[t for t in targets if t])
+
+    def heritage(self, node: Any) -> list[tuple[str, Any]]:
+        args = node.child_by_field_name("superclasses")
+        return [
+            ("inherits", child)
+            for child in (args.named_children if args is not None else [])
+            if child.type in ("identifier", "attribute")
+        ]
+
+
+class _JavaScript(_Language):
+    grammar_module = "tree_sitter_javascript"
+    definitions: ClassVar[dict[str, str]] = {
+        "function_declaration": "function",
+        "generator_function_declaration": "function",
+        "class_declaration": "class",
+        "method_definition": "method",
+    }
+    calls: ClassVar[dict[str, str]] = {
+        "call_expression": "function",
+        "new_expression": "constructor",
+    }
+
+    def module(self, path: str, stem: str, package: str | None) -> str:
+        return posixpath.dirname(stem) if stem.endswith("/index") else stem
+
+    def imports(self, w: _Walker, node: Any) -> None:
+        if node.type != "import_statement":
+            return
+        spec = _text(node.child_by_field_name("source")).strip("'\"`")
+        module = _relative(w.path, spec)
+        w.ref(0, "imports", spec, node, modules=[module])
+        for ident in _descendants(node, ("identifier",)):
+            if ident.parent is not None and ident.parent.type != "string":
+                w.aliases[_text(ident)] = [module]
+
+    def definition(
+        self, node: Any, kind: str | None, member_of: str | None
+    ) -> tuple[str, str, str | None] | None:
+        if node.type == "variable_declarator":  # const f = () => ...
+            value = node.child_by_field_name("value")
+            if value is not None and value.type in (
+                "arrow_function",
+                "function_expression",
+                "function",
+            ):
+                return (
+                    ("method" if member_of else "function"),
+                    _text(node.child_by_field_name("name")),
+                    member_of,
+                )
+            return None
+        return super().definition(node, kind, member_of)
+
+    def heritage(self, node: Any) -> list[tuple[str, Any]]:
+        found: list[tuple[str, Any]] = []
+        for heritage in _children(node, ("class_heritage", "extends_type_clause")):
+            clauses = _children(heritage, ("extends_clause", "implements_clause"))
+            if not clauses:  # javascript: class_heritage holds the expression itself
+                found += [("inherits", c) for c in heritage.named_children]
+            if heritage.type == "extends_type_clause":
+                found += [("inherits", c) for c in heritage.named_children]
+            for clause in clauses:
+                kind = "implements" if clause.type == "implements_clause" else "inherits"
+                found += [(kind, c) for c in clause.named_children if c.type != "type_arguments"]
+        return found
+
+
+class _TypeScript(_JavaScript):
+    grammar_module = "tree_sitter_typescript"
+    definitions: ClassVar[dict[str, str]] = {
+        **_JavaScript.definitions,
+        "abstract_class_declaration": "class",
+        "interface_declaration": "interface",
+        "enum_declaration": "enum",
+        "method_signature": "method",
+        "abstract_method_signature": "method",
+    }
+
+    def __init__(self, grammar_function: str):
+        self.grammar_function = grammar_function  # TypeScript's or TSX's
+
+
+class _Go(_Language):
+    grammar_module = "tree_sitter_go"
+    definitions: ClassVar[dict[str, str]] = {
+        "function_declaration": "function",
+        "method_declaration": "method",
+        "method_elem": "method",
+    }
+    calls: ClassVar[dict[str, str]] = {"call_expression": "function"}
+
+    def module(self, path: str, stem: str, package: str | None) -> str:
+        return posixpath.dirname(path) or (package or "")
+
+    def package_of(self, node: Any) -> str | None:
+        if node.type == "package_clause":
+            return _text(node).removeprefix("package").strip()
+        return None
+
+    def prefix(self, path: str, package: str | None) -> list[str]:
+        return package.split(".") if package else []
+
+    def imports(self, w: _Walker, node: Any) -> None:
+        if node.type != "import_spec":
+            return
+        path = _text(node.child_by_field_name("path")).strip('"`')
+        alias = node.child_by_field_name("name")
+        w.ref(0, "imports", path, node, modules=[path])
+        w.aliases[_text(alias) if alias is not None else path.rsplit("/", 1)[-1]] = [path]
+
+    def definition(
+        self, node: Any, kind: str | None, member_of: str | None
+    ) -> tuple[str, str, str | None] | None:
+        if node.type == "type_spec":
+            body = node.child_by_field_name("type")
+            if body is not None and body.type in ("struct_type", "interface_type"):
+                return body.type.split("_")[0], _text(node.child_by_field_name("name")), None
+            return None
+        if node.type == "method_declaration":
+            receiver = node.child_by_field_name("receiver")
+            types = _descendants(receiver, ("type_identifier",)) if receiver is not None else []
+            return (
+                "method",
+                _text(node.child_by_field_name("name")),
+                (_text(types[0]) if types else None),
+            )
+        if node.type == "method_elem":
+            return "method", _text(node.child_by_field_name("name")), member_of
+        return super().definition(node, kind, member_of)
+
+    def unqualified_modules(self, w: _Walker) -> list[str]:
+        return [module_key(w.path, "go", w.package)]
+
+
+class _Rust(_Language):
+    grammar_module = "tree_sitter_rust"
+    definitions: ClassVar[dict[str, str]] = {
+        "function_item": "function",
+        "function_signature_item": "function",
+        "struct_item": "struct",
+        "enum_item": "enum",
+        "trait_item": "trait",
+        "impl_item": "impl",
+    }
+    calls: ClassVar[dict[str, str]] = {"call_expression": "function"}
+    super_calls = False  # super:: is a module path
+
+    def module(self, path: str, stem: str, package: str | None) -> str:
+        return posixpath.dirname(stem) if stem.endswith(("/mod", "/lib", "/main")) else stem
+
+    def imports(self, w: _Walker, node: Any) -> None:
+        if node.type == "use_declaration":
+            arg = node.child_by_field_name("argument")
+            if arg is None:
+                return
+            base, names = _rust_use(arg)
+            module = _rust_module(w.path, base)
+            w.ref(0, "imports", base or _text(arg), node, modules=[module])
+            for n in names:
+                w.aliases[n] = [module]
+        elif node.type == "mod_item" and node.child_by_field_name("body") is None:
+            name = _text(node.child_by_field_name("name"))
+            module = posixpath.join(module_key(w.path, "rust"), name)
+            w.ref(0, "imports", name, node, modules=[module])
+            w.aliases[name] = [module]
+
+    def definition(
+        self, node: Any, kind: str | None, member_of: str | None
+    ) -> tuple[str, str, str | None] | None:
+        if node.type == "impl_item":
+            name, _ = _type_name(node.child_by_field_name("type"))
+            return "impl", name, None
+        return super().definition(node, kind, member_of)
+
+    def heritage(self, node: Any) -> list[tuple[str, Any]]:
+        if node.type == "impl_item":
+            trait = node.child_by_field_name("trait")
+            return [("implements", trait)] if trait is not None else []
+        if node.type == "trait_item":
+            bounds = node.child_by_field_name("bounds")
+            return [("inherits", c) for c in (bounds.named_children if bounds is not None else [])]
+        return []
+
+    def qualified_module(self, path: str, qualifier: str) -> str:
+        return _rust_module(path, qualifier)
+
+
+class _Java(_Language):
+    grammar_module = "tree_sitter_java"
+    definitions: ClassVar[dict[str, str]] = {
+        "class_declaration": "class",
+        "record_declaration": "class",
+        "interface_declaration": "interface",
+        "enum_declaration": "enum",
+        "method_declaration": "method",
+        "constructor_declaration": "method",
+    }
+    calls: ClassVar[dict[str, str]] = {
+        "method_invocation": "name",
+        "object_creation_expression": "type",
+    }
+
+    def module(self, path: str, stem: str, package: str | None) -> str:
+        return package.replace(".", "/") if package else stem
+
+    def package_of(self, node: Any) -> str | None:
+        if node.type == "package_declaration":
+            return _text(node).removeprefix("package").removesuffix(";").strip()
+        return None
+
+    def prefix(self, path: str, package: str | None) -> list[str]:
+        return package.split(".") if package else []
+
+    def imports(self, w: _Walker, node: Any) -> None:
+        if node.type != "import_declaration":
+            return
+        full = _text(node).removeprefix("import").removesuffix(";").strip()
+        full = full.removeprefix("static ").strip()
+        package, _, name = full.rpartition(".")
+        module = package.replace(".", "/")
+        w.ref(0, "imports", full, node, modules=[module])
+        if name != "*":
+            w.aliases[name] = [module]
+
+    def heritage(self, node: Any) -> list[tuple[str, Any]]:
+        found: list[tuple[str, Any]] = []
+        sup = node.child_by_field_name("superclass")
+        if sup is not None:
+            found += [("inherits", c) for c in sup.named_children]
+        for name, kind in (("interfaces", "implements"), ("extends_interfaces", "inherits")):
+            holder = node.child_by_field_name(name) or next(iter(_children(node, (name,))), None)
+            for tl in _children(holder, ("type_list",)) if holder is not None else []:
+                found += [(kind, c) for c in tl.named_children]
+        return found
+
+    def callee(self, node: Any, target: Any) -> tuple[str, str | None]:
+        name, qualifier = _callee(target)
+        if node.type == "method_invocation":  # obj.m(): the object is the qualifier
+            obj = node.child_by_field_name("object")
+            qualifier = _text(obj) if obj is not None else None
+        return name, qualifier
+
+    def unqualified_modules(self, w: _Walker) -> list[str]:
+        return [module_key(w.path, "java", w.package)]
+
+
+class _C(_Language):
+    grammar_module = "tree_sitter_c"
+    definitions: ClassVar[dict[str, str]] = {"function_definition": "function"}
+    calls: ClassVar[dict[str, str]] = {"call_expression": "function"}
+
+    def imports(self, w: _Walker, node: Any) -> None:
+        if node.type != "preproc_include":
+            return
+        target = node.child_by_field_name("path")
+        spec = _text(target).strip('"<>')
+        local = target is not None and target.type == "string_literal"
+        path = (
+            posixpath.normpath(posixpath.join(posixpath.dirname(w.path), spec)) if local else spec
+        )
+        w.ref(0, "imports", spec, node, modules=[path])
+        w.includes.append(posixpath.splitext(path)[0])
+
+    def definition(
+        self, node: Any, kind: str | None, member_of: str | None
+    ) -> tuple[str, str, str | None] | None:
+        t = node.type
+        if t in ("struct_specifier", "enum_specifier", "union_specifier"):
+            if node.child_by_field_name("body") is None or node.child_by_field_name("name") is None:
+                return None
+            return (
+                ("enum" if t == "enum_specifier" else "struct"),
+                _text(node.child_by_field_name("name")),
+                member_of,
+            )
+        if t == "function_definition":
+            name, scope = _declarator_name(node)
+            if scope is not None:  # C++'s Class::method defined outside its class
+                return "method", name, scope
+            return ("method" if member_of else "function"), name, member_of
+        return super().definition(node, kind, member_of)
+
+    def unqualified_modules(self, w: _Walker) -> list[str]:
+        return list(w.includes)
+
+
+class _Cpp(_C):
+    grammar_module = "tree_sitter_cpp"
+    definitions: ClassVar[dict[str, str]] = {
+        "function_definition": "function",
+        "class_specifier": "class",
+    }
+    calls: ClassVar[dict[str, str]] = {"call_expression": "function", "new_expression": "type"}
+
+    def definition(
+        self, node: Any, kind: str | None, member_of: str | None
+    ) -> tuple[str, str, str | None] | None:
+        if node.type in ("field_declaration", "declaration") and member_of is not None:
+            if _is_function_declarator(node):  # a method declared in its class
+                name, _ = _declarator_name(node)
+                return "method", name, member_of
+            return None
+        return super().definition(node, kind, member_of)
+
+    def heritage(self, node: Any) -> list[tuple[str, Any]]:
+        return [
+            ("inherits", c)
+            for clause in _children(node, ("base_class_clause",))
+            for c in clause.named_children
+            if c.type in ("type_identifier", "qualified_identifier", "template_type")
+        ]
+
+
+# Each language tree-sitter reads (TREE_SITTER's values), described once.
+_LANGUAGES: dict[str, _Language] = {
+    "python": _Python(),
+    "javascript": _JavaScript(),
+    "typescript": _TypeScript("language_typescript"),
+    "tsx": _TypeScript("language_tsx"),
+    "go": _Go(),
+    "rust": _Rust(),
+    "java": _Java(),
+    "c": _C(),
+    "cpp": _Cpp(),
+}
+
+
+@cache
+def _parser(language: str) -> Any:
+    """A tree-sitter parser for a language, from its grammar wheel (imported on first use)."""
+    import tree_sitter
+
+    return tree_sitter.Parser(tree_sitter.Language(_LANGUAGES[language].grammar()))
+
+
+_SCOPES = {"namespace_definition", "mod_item", "internal_module", "module"}
+_SELF = {"self", "this", "cls", "Self", "super"}
+_SUPER = re.compile(r"^super\s*(\(.*\))?$", re.S)
+
+
 class _Walker:
+    """Walks one file's tree, recording definitions and references; what differs by
+    language it asks the file's ``_Language``."""
+
     def __init__(self, path: str, language: str, source: bytes):
         self.path = path
         self.language = language
+        self.syntax = _LANGUAGES[language]
         self.source = source
         self.vertices: list[Vertex] = []
         self.defines: list[tuple[int, int]] = []
@@ -427,240 +829,27 @@ class _Walker:
 
     def modules_for(self, name: str, qualifier: str | None) -> list[str]:
         """Where a referenced name may be defined: the module an import binds it or its
-        qualifier to; for unqualified names in Go and Java, the own package; in C and
-        C++, the included files."""
+        qualifier to; else where the language looks (Go's and Java's own package, C's and
+        C++'s included files)."""
         if qualifier and qualifier not in _SELF:
             head = re.split(r"\.|::", qualifier)[0]
             if head in self.aliases:
                 return self.aliases[head]
             if "::" in qualifier:
-                if self.language == "rust":
-                    return [_rust_module(self.path, qualifier)]
-                return [qualifier.replace("::", "/")]
+                return [self.syntax.qualified_module(self.path, qualifier)]
             return []
         if name in self.aliases:
             return self.aliases[name]
-        if self.language in ("go", "java"):
-            return [module_key(self.path, self.language, self.package)]
-        if self.language in ("c", "cpp"):
-            return list(self.includes)
-        return []
-
-    # -- imports
-    def imports(self, node: Any) -> None:
-        lang = self.language
-        t = node.type
-        if lang == "python" and t in ("import_statement", "import_from_statement"):
-            self._python_import(node)
-        elif lang in ("javascript", "typescript", "tsx") and t == "import_statement":
-            source = node.child_by_field_name("source")
-            spec = _text(source).strip("'\"`")
-            module = _relative(self.path, spec)
-            self.ref(0, "imports", spec, node, modules=[module])
-            for ident in _descendants(node, ("identifier",)):
-                if ident.parent is not None and ident.parent.type != "string":
-                    self.aliases[_text(ident)] = [module]
-        elif lang == "go" and t == "import_spec":
-            path = _text(node.child_by_field_name("path")).strip('"`')
-            alias = node.child_by_field_name("name")
-            self.ref(0, "imports", path, node, modules=[path])
-            self.aliases[_text(alias) if alias is not None else path.rsplit("/", 1)[-1]] = [path]
-        elif lang == "rust" and t == "use_declaration":
-            arg = node.child_by_field_name("argument")
-            if arg is None:
-                return
-            base, names = _rust_use(arg)
-            module = _rust_module(self.path, base)
-            self.ref(0, "imports", base or _text(arg), node, modules=[module])
-            for n in names:
-                self.aliases[n] = [module]
-        elif lang == "rust" and t == "mod_item" and node.child_by_field_name("body") is None:
-            name = _text(node.child_by_field_name("name"))
-            module = posixpath.join(module_key(self.path, "rust"), name)
-            self.ref(0, "imports", name, node, modules=[module])
-            self.aliases[name] = [module]
-        elif lang == "java" and t == "import_declaration":
-            full = _text(node).removeprefix("import").removesuffix(";").strip()
-            full = full.removeprefix("static ").strip()
-            package, _, name = full.rpartition(".")
-            module = package.replace(".", "/")
-            self.ref(0, "imports", full, node, modules=[module])
-            if name != "*":
-                self.aliases[name] = [module]
-        elif lang in ("c", "cpp") and t == "preproc_include":
-            target = node.child_by_field_name("path")
-            spec = _text(target).strip('"<>')
-            local = target is not None and target.type == "string_literal"
-            path = (
-                posixpath.normpath(posixpath.join(posixpath.dirname(self.path), spec))
-                if local
-                else spec
-            )
-            self.ref(0, "imports", spec, node, modules=[path])
-            self.includes.append(posixpath.splitext(path)[0])
-
-    def _python_import(self, node: Any) -> None:
-        if node.type == "import_statement":
-            for child in node.named_children:
-                name_node = (
-                    child.child_by_field_name("name") if child.type == "aliased_import" else child
-                )
-                alias_node = (
-                    child.child_by_field_name("alias") if child.type == "aliased_import" else None
-                )
-                dotted = _text(name_node)
-                module = dotted.replace(".", "/")
-                self.ref(0, "imports", dotted, node, modules=[module])
-                self.aliases[
-                    _text(alias_node) if alias_node is not None else dotted.split(".")[0]
-                ] = [module]
-            return
-        mod_node = node.child_by_field_name("module_name")
-        written = _text(mod_node)
-        dots = len(written) - len(written.lstrip("."))
-        base = (
-            _python_module(self.path, dots, written.lstrip("."))
-            if dots
-            else written.replace(".", "/")
-        )
-        names = []
-        for child in node.children_by_field_name("name"):
-            name_node = (
-                child.child_by_field_name("name") if child.type == "aliased_import" else child
-            )
-            alias_node = (
-                child.child_by_field_name("alias") if child.type == "aliased_import" else None
-            )
-            name = _text(name_node)
-            names.append(name)
-            # The name is a definition in the module, or a module in the package.
-            self.aliases[_text(alias_node) if alias_node is not None else name] = [
-                base,
-                posixpath.join(base, name.replace(".", "/")) if base else name,
-            ]
-        targets = [posixpath.join(base, n) if base else n for n in names] + [base]
-        shown = written if written.strip(".") else written + ", ".join(names)  # ".base"
-        self.ref(0, "imports", shown, node, modules=[t for t in targets if t])
-
-    # -- definitions
-    def definition(self, node: Any, owner: Vertex | None) -> tuple[str, str, str | None] | None:
-        """(kind, name, member_of) when ``node`` defines something, else None."""
-        lang, t = self.language, node.type
-        kind = _DEFS[lang].get(t)
-        member_of = owner.name if owner is not None and owner.kind in CLASS_LIKE else None
-        if lang in ("javascript", "typescript", "tsx") and t == "variable_declarator":
-            value = node.child_by_field_name("value")
-            if value is not None and value.type in (
-                "arrow_function",
-                "function_expression",
-                "function",
-            ):
-                return (
-                    ("method" if member_of else "function"),
-                    _text(node.child_by_field_name("name")),
-                    member_of,
-                )
-            return None
-        if lang == "go" and t == "type_spec":
-            body = node.child_by_field_name("type")
-            if body is not None and body.type in ("struct_type", "interface_type"):
-                return body.type.split("_")[0], _text(node.child_by_field_name("name")), None
-            return None
-        if lang in ("c", "cpp") and t in ("struct_specifier", "enum_specifier", "union_specifier"):
-            if node.child_by_field_name("body") is None or node.child_by_field_name("name") is None:
-                return None
-            return (
-                ("enum" if t == "enum_specifier" else "struct"),
-                _text(node.child_by_field_name("name")),
-                member_of,
-            )
-        if lang == "cpp" and t in ("field_declaration", "declaration") and member_of is not None:
-            if _is_function_declarator(node):
-                name, _ = _declarator_name(node)
-                return "method", name, member_of
-            return None
-        if kind is None:
-            return None
-        if lang in ("c", "cpp") and t == "function_definition":
-            name, scope = _declarator_name(node)
-            if scope is not None:
-                return "method", name, scope
-            return ("method" if member_of else "function"), name, member_of
-        if lang == "go" and t == "method_declaration":
-            receiver = node.child_by_field_name("receiver")
-            types = _descendants(receiver, ("type_identifier",)) if receiver is not None else []
-            return (
-                "method",
-                _text(node.child_by_field_name("name")),
-                (_text(types[0]) if types else None),
-            )
-        if lang == "go" and t == "method_elem":
-            return "method", _text(node.child_by_field_name("name")), member_of
-        if lang == "rust" and t == "impl_item":
-            name, _ = _type_name(node.child_by_field_name("type"))
-            return "impl", name, None
-        if kind == "function" and member_of is not None:
-            kind = "method"
-        name_node = node.child_by_field_name("name")
-        return kind, _text(name_node), member_of
-
-    def heritage(self, node: Any, v: Vertex) -> None:
-        lang, t = self.language, node.type
-        found: list[tuple[str, Any]] = []
-        if lang == "python":
-            args = node.child_by_field_name("superclasses")
-            for child in args.named_children if args is not None else []:
-                if child.type in ("identifier", "attribute"):
-                    found.append(("inherits", child))
-        elif lang in ("javascript", "typescript", "tsx"):
-            for heritage in _children(node, ("class_heritage", "extends_type_clause")):
-                clauses = _children(heritage, ("extends_clause", "implements_clause"))
-                if not clauses:  # javascript: class_heritage holds the expression itself
-                    found += [("inherits", c) for c in heritage.named_children]
-                if heritage.type == "extends_type_clause":
-                    found += [("inherits", c) for c in heritage.named_children]
-                for clause in clauses:
-                    kind = "implements" if clause.type == "implements_clause" else "inherits"
-                    found += [
-                        (kind, c) for c in clause.named_children if c.type != "type_arguments"
-                    ]
-        elif lang == "java":
-            sup = node.child_by_field_name("superclass")
-            if sup is not None:
-                found += [("inherits", c) for c in sup.named_children]
-            for name, kind in (("interfaces", "implements"), ("extends_interfaces", "inherits")):
-                holder = node.child_by_field_name(name) or next(
-                    iter(_children(node, (name,))), None
-                )
-                for tl in _children(holder, ("type_list",)) if holder is not None else []:
-                    found += [(kind, c) for c in tl.named_children]
-        elif lang == "cpp":
-            for clause in _children(node, ("base_class_clause",)):
-                found += [
-                    ("inherits", c)
-                    for c in clause.named_children
-                    if c.type in ("type_identifier", "qualified_identifier", "template_type")
-                ]
-        elif lang == "rust" and t == "impl_item":
-            trait = node.child_by_field_name("trait")
-            if trait is not None:
-                found.append(("implements", trait))
-        elif lang == "rust" and t == "trait_item":
-            bounds = node.child_by_field_name("bounds")
-            found += [
-                ("inherits", c) for c in (bounds.named_children if bounds is not None else [])
-            ]
-        for kind, type_node in found:
-            name, qualifier = _type_name(type_node)
-            self.ref(v.local_id, kind, name, type_node, qualifier)
+        return self.syntax.unqualified_modules(self)
 
     def walk(self, node: Any, owner: Vertex | None, nest: list[str]) -> None:
-        self.imports(node)
-        if self.language == "java" and node.type == "package_declaration":
-            self.package = _text(node).removeprefix("package").removesuffix(";").strip()
-        if self.language == "go" and node.type == "package_clause":
-            self.package = _text(node).removeprefix("package").strip()
-        found = self.definition(node, owner)
+        syntax = self.syntax
+        syntax.imports(self, node)
+        package = syntax.package_of(node)
+        if package is not None:
+            self.package = package
+        member_of = owner.name if owner is not None and owner.kind in CLASS_LIKE else None
+        found = syntax.definition(node, syntax.definitions.get(node.type), member_of)
         here = owner
         if found is not None and found[1]:
             kind, name, member_of = found
@@ -670,23 +859,22 @@ class _Walker:
             v = self.add(kind, name, qualified, node, member_of)
             container = owner.local_id if owner is not None else 0
             self.defines.append((container, v.local_id))
-            self.heritage(node, v)
+            for ref_kind, type_node in syntax.heritage(node):
+                type_name, qualifier = _type_name(type_node)
+                self.ref(v.local_id, ref_kind, type_name, type_node, qualifier)
             nest = qualified.split(".")
             here = v
         elif node.type in _SCOPES and node.child_by_field_name("body") is not None:
             name_node = node.child_by_field_name("name")
             if name_node is not None:
                 nest = [*nest, _text(name_node)]
-        callee_field = _CALLS[self.language].get(node.type)
+        callee_field = syntax.calls.get(node.type)
         if callee_field is not None:
             target = node.child_by_field_name(callee_field)
             if target is not None:
-                name, qualifier = _callee(target)
-                if self.language == "java" and node.type == "method_invocation":
-                    obj = node.child_by_field_name("object")
-                    qualifier = _text(obj) if obj is not None else None
+                name, qualifier = syntax.callee(node, target)
                 source = here.local_id if here is not None else 0
-                if self.language != "rust" and qualifier and _SUPER.match(qualifier):
+                if syntax.super_calls and qualifier and _SUPER.match(qualifier):
                     # super().m(), super(C, self).m(), super.m(): a base class's m
                     # (_resolve_local finds it, or names the bases' modules).
                     self.ref(source, "calls", name, node, "super", [])
@@ -694,39 +882,6 @@ class _Walker:
                     self.ref(source, "calls", name, node, qualifier)
         for child in node.named_children:
             self.walk(child, here, nest)
-
-
-def _children(node: Any, types: tuple[str, ...]) -> list[Any]:
-    return [c for c in node.named_children if c.type in types]
-
-
-def _descendants(node: Any, types: tuple[str, ...]) -> list[Any]:
-    out = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in types:
-            out.append(n)
-        stack.extend(reversed(n.named_children))
-    return out
-
-
-def _rust_use(arg: Any) -> tuple[str, list[str]]:
-    """``crate::shapes::{Area, Rect}`` -> ("crate::shapes", ["Area", "Rect"])."""
-    if arg.type == "scoped_use_list":
-        path = arg.child_by_field_name("path")
-        items = arg.child_by_field_name("list")
-        names = [
-            _text(c).split("::")[-1] for c in (items.named_children if items is not None else [])
-        ]
-        return _text(path), [n for n in names if n != "self"]
-    if arg.type == "use_as_clause":
-        path = _text(arg.child_by_field_name("path"))
-        alias = _text(arg.child_by_field_name("alias"))
-        return path.rpartition("::")[0], [alias]
-    text = _text(arg)
-    base, _, name = text.rpartition("::")
-    return base, [] if name == "*" else [name]
 
 
 # --- the line scan for other languages -----------------------------------------------------------
@@ -836,15 +991,10 @@ def parse(path: str, text: str, language: str | None = None) -> CodeGraph:
     )
     # The package first: Java and Go name qualified names after it.
     for child in tree.root_node.named_children:
-        if child.type == "package_declaration":
-            w.package = _text(child).removeprefix("package").removesuffix(";").strip()
-        elif child.type == "package_clause":
-            w.package = _text(child).removeprefix("package").strip()
-    prefix: list[str] = []
-    if language == "python":
-        prefix = [p for p in module_key(path, language).split("/") if p]
-    elif language in ("java", "go") and w.package:
-        prefix = w.package.split(".")
+        package = w.syntax.package_of(child)
+        if package is not None:
+            w.package = package
+    prefix = w.syntax.prefix(path, w.package)
     for child in tree.root_node.named_children:
         w.walk(child, None, prefix)
     graph = CodeGraph(

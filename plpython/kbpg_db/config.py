@@ -16,7 +16,9 @@ from kbpg_db.configbase import LlmSettings, Strict, one_of, shown
 from kbpg_db.features.knowledge_graph.settings import KnowledgeGraphSettings
 
 # The features' registry (kbpg_db.features.registry), read here as config.FEATURES etc.
+from kbpg_db.features.registry import DEFAULT_STRATEGY as DEFAULT_STRATEGY
 from kbpg_db.features.registry import FEATURES as FEATURES
+from kbpg_db.features.registry import KNOWLEDGE_GRAPH as KNOWLEDGE_GRAPH
 from kbpg_db.features.registry import METHODS as METHODS
 from kbpg_db.features.registry import SEARCH_TABLES as SEARCH_TABLES
 from kbpg_db.features.registry import STRATEGIES as STRATEGIES
@@ -100,7 +102,7 @@ class IndexingConfig(Strict):
     """
 
     strategy: Literal[tuple(STRATEGIES)] = Field(  # type: ignore[valid-type]
-        "chunk_embed", description="how documents are indexed (docs/strategies.md)"
+        DEFAULT_STRATEGY, description="how documents are indexed (docs/strategies.md)"
     )
     extra: dict[str, Any] = Field(
         default_factory=dict, description="the strategy's own settings (tables below)"
@@ -230,9 +232,10 @@ class IndexingConfig(Strict):
             ) from None
         # Store the completed settings (validate_assignment would re-run this validator).
         object.__setattr__(self, "extra", extra.model_dump(mode="json"))
-        if self.knowledge_graph.enabled and self.strategy != "chunk_embed":
+        if self.knowledge_graph.enabled and self.strategy not in KNOWLEDGE_GRAPH.beside:
             raise ValueError(
-                f"knowledge_graph is an index of chunk_embed knowledge bases, not {self.strategy}"
+                f"knowledge_graph is an index of {' and '.join(KNOWLEDGE_GRAPH.beside)} "
+                f"knowledge bases, not {self.strategy}"
             )
         if self.chunk_unit == "characters" and self.chunker != "cjk":
             raise ValueError(
@@ -340,10 +343,12 @@ def document_chunking(indexing_config: dict[str, Any], chunking: Any) -> dict[st
                 f"chunking: {key} is the knowledge base's for every document (a document's "
                 f"vectors and terms must match its KB's); a document may set {one_of(DOCUMENT_CHUNKING)}"
             )
-    if indexing_config.get("strategy", "chunk_embed") != "chunk_embed":
+    strategy = indexing_config.get("strategy", DEFAULT_STRATEGY)
+    spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
+    if spec is None or not spec.document_chunking:
+        allowed = " and ".join(f.name for f in STRATEGIES.values() if f.document_chunking)
         raise ValueError(
-            "per-document chunking is for chunk_embed knowledge bases (this one is "
-            f"{indexing_config['strategy']})"
+            f"per-document chunking is for {allowed} knowledge bases (this one is {strategy})"
         )
     try:
         merged = IndexingConfig.model_validate({**indexing_config, **chunking})
@@ -632,7 +637,7 @@ def merge_defaults(defaults: dict[str, Any] | None, given: dict[str, Any] | None
     given = dict(given or {})
     merged = {**defaults, **given}
     if "extra" in defaults or "extra" in given:
-        strategy = merged.get("strategy", "chunk_embed")
+        strategy = merged.get("strategy", DEFAULT_STRATEGY)
         spec = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
         known = set(spec.settings.model_fields) if spec is not None else set()
         extra = {k: v for k, v in dict(defaults.get("extra") or {}).items() if k in known}

@@ -10,6 +10,7 @@ a marker quoted in a ``--`` comment is left as written.
 
 from __future__ import annotations
 
+import json
 import re
 import types
 import typing
@@ -122,6 +123,17 @@ def _own_search_arms() -> str:
     )
 
 
+def _reads_file_arms() -> str:
+    """kb._build_reads_file's CASE arms: the strategies whose build reads a document's
+    stored original, under the extra values that make it."""
+    arms = "".join(
+        f"WHEN '{f.name}' THEN indexing_config->'extra' @> '{json.dumps(f.reads_file)}' "
+        for f in config.FEATURES
+        if f.reads_file is not None
+    )
+    return f"CASE indexing_config->>'strategy' {arms}ELSE false END"
+
+
 def _after_search_arms() -> str:
     """kb._search_core's dispatch to the strategies' steps after search."""
     return "\n      ".join(
@@ -176,6 +188,7 @@ def macros() -> dict[str, str]:
         "media_type_arms": _media_type_arms(),
         "own_search_arms": _own_search_arms(),
         "after_search_arms": _after_search_arms(),
+        "reads_file_arms": _reads_file_arms(),
         "reraise_expected": RERAISE_EXPECTED,
         # The release the SQL was installed from: a PL/Python body whose session loaded
         # another release's package runs kb.python_init, which refuses to mix them.

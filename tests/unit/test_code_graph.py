@@ -147,6 +147,10 @@ def test_unknown_languages_are_named() -> None:
 def test_module_keys() -> None:
     assert code_graph.module_key("pkg/__init__.py", "python") == "pkg"
     assert code_graph.module_key("web/lib/index.ts", "typescript") == "web/lib"
+    # JavaScript's index file is its folder's module too ("./lib" imports it).
+    assert code_graph.module_key("web/lib/index.js", "javascript") == "web/lib"
+    app = code_graph.parse("web/app.js", "import { pad } from './lib';\npad(1);\n")
+    assert {m for r in app.references for m in r.modules} == {"web/lib"}
     assert code_graph.module_key("x/src/lib.rs", "rust") == "x/src"
     assert code_graph.module_key("x/src/a/mod.rs", "rust") == "x/src/a"
     assert code_graph._rust_module("x/src/lib.rs", "crate::a::b") == "x/src/a/b"

@@ -45,6 +45,14 @@ class Feature:
     # retrieval_config fields only this feature reads (the Retrieval Lab hides them
     # elsewhere).
     retrieval_fields: frozenset[str] = frozenset()
+    # The indexing_config.extra values under which its build reads the document's stored
+    # original file (kb.process_job passes the file only then); None: never.
+    reads_file: dict[str, Any] | None = None
+    # The strategies a feature beside one may join (the knowledge graph); () for a strategy.
+    beside: tuple[str, ...] = ()
+    # Whether a document may carry chunking settings of its own (kb.put_document's
+    # chunking), read over its knowledge base's.
+    document_chunking: bool = False
 
 
 FEATURES = (
@@ -54,6 +62,7 @@ FEATURES = (
         ChunkEmbedExtra,
         tables=(),
         methods=("hybrid", "vector", "full_text"),
+        document_chunking=True,
     ),
     Feature(
         "page_index",
@@ -82,6 +91,7 @@ FEATURES = (
         tables=("doc2json_document",),
         methods=("vector",),
         uses_llm=True,
+        reads_file={"mode": "image"},
     ),
     Feature(
         "knowledge_graph",
@@ -95,12 +105,15 @@ FEATURES = (
             "graph_node",
         ),
         retrieval_fields=frozenset({"graph_weight", "graph_hops", "graph_limit"}),
+        beside=("chunk_embed",),
     ),
 )
 # The searchable units every strategy stores (term expansion's vocabulary, BM25, vectors,
 # chunks), cleared last.
 SEARCH_TABLES = ("term_vector", "term_vector_state", "posting", "term_stat", "embedding", "chunk")
 STRATEGIES: dict[str, Feature] = {f.name: f for f in FEATURES if f.methods}
+DEFAULT_STRATEGY = FEATURES[0].name
+KNOWLEDGE_GRAPH = next(f for f in FEATURES if f.name == "knowledge_graph")
 METHODS = tuple(dict.fromkeys(m for f in FEATURES for m in f.methods))
 # Hybrid fusion's fields: unread where a strategy's one method serves.
 FUSION_FIELDS = frozenset({"vector_weight", "rrf_k", "fusion_depth", "fusion", "plain_query_shift"})
@@ -119,6 +132,5 @@ def unused_retrieval_fields(strategy: str, indexing_config: dict[str, Any]) -> s
     unused = {field for f in FEATURES if f.name not in in_use for field in f.retrieval_fields}
     spec = STRATEGIES.get(strategy)
     if spec is not None and "hybrid" not in spec.methods:
-        graph = next(f for f in FEATURES if f.name == "knowledge_graph")
-        unused |= FUSION_FIELDS | graph.retrieval_fields
+        unused |= FUSION_FIELDS | KNOWLEDGE_GRAPH.retrieval_fields
     return unused
