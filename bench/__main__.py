@@ -32,6 +32,7 @@ GROUPS = (
     "docs",
     "codegraph",
     "ingest",
+    "sync",
     "startup",
     "ocr",
 )

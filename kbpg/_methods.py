@@ -122,6 +122,42 @@ class SyncMethods:
     def document_status(self, kb: str, title: str | None = None) -> Rows:
         return self._run(Api.document_status(kb, title))
 
+    def delete_document_by_id(self, kb: str, document_id: int) -> bool:
+        return self._run(Api.delete_document_by_id(kb, document_id))
+
+    def add_source(self, kb: str, name: str, locator: str, kind: str = "folder") -> int:
+        return self._run(Api.add_source(kb, name, locator, kind))
+
+    def drop_source(self, kb: str, name: str, delete_documents: bool = False) -> int:
+        return self._run(Api.drop_source(kb, name, delete_documents))
+
+    def sources(self, kb: str | None = None) -> Rows:
+        return self._run(Api.sources(kb))
+
+    def sync_plan(self, kb: str, source: str, files: list[dict[str, str]]) -> Rows:
+        return self._run(Api.sync_plan(kb, source, files))
+
+    def bind_document(self, kb: str, source: str, document_id: int, key: str, hash: str) -> None:
+        return self._run(Api.bind_document(kb, source, document_id, key, hash))
+
+    def move_document(
+        self,
+        kb: str,
+        document_id: int,
+        title: str,
+        metadata: dict[str, Any] | None = None,
+        source_key: str | None = None,
+    ) -> int:
+        return self._run(Api.move_document(kb, document_id, title, metadata, source_key))
+
+    def finish_sync(
+        self, kb: str, source: str, summary: dict[str, Any], error: str | None = None
+    ) -> None:
+        return self._run(Api.finish_sync(kb, source, summary, error))
+
+    def retry_failed(self, kb: str, title: str | None = None) -> int:
+        return self._run(Api.retry_failed(kb, title))
+
     def queue_status(self) -> Rows:
         return self._run(Api.queue_status())
 
@@ -407,6 +443,44 @@ class AsyncMethods:
 
     async def document_status(self, kb: str, title: str | None = None) -> Rows:
         return await self._run(Api.document_status(kb, title))
+
+    async def delete_document_by_id(self, kb: str, document_id: int) -> bool:
+        return await self._run(Api.delete_document_by_id(kb, document_id))
+
+    async def add_source(self, kb: str, name: str, locator: str, kind: str = "folder") -> int:
+        return await self._run(Api.add_source(kb, name, locator, kind))
+
+    async def drop_source(self, kb: str, name: str, delete_documents: bool = False) -> int:
+        return await self._run(Api.drop_source(kb, name, delete_documents))
+
+    async def sources(self, kb: str | None = None) -> Rows:
+        return await self._run(Api.sources(kb))
+
+    async def sync_plan(self, kb: str, source: str, files: list[dict[str, str]]) -> Rows:
+        return await self._run(Api.sync_plan(kb, source, files))
+
+    async def bind_document(
+        self, kb: str, source: str, document_id: int, key: str, hash: str
+    ) -> None:
+        return await self._run(Api.bind_document(kb, source, document_id, key, hash))
+
+    async def move_document(
+        self,
+        kb: str,
+        document_id: int,
+        title: str,
+        metadata: dict[str, Any] | None = None,
+        source_key: str | None = None,
+    ) -> int:
+        return await self._run(Api.move_document(kb, document_id, title, metadata, source_key))
+
+    async def finish_sync(
+        self, kb: str, source: str, summary: dict[str, Any], error: str | None = None
+    ) -> None:
+        return await self._run(Api.finish_sync(kb, source, summary, error))
+
+    async def retry_failed(self, kb: str, title: str | None = None) -> int:
+        return await self._run(Api.retry_failed(kb, title))
 
     async def queue_status(self) -> Rows:
         return await self._run(Api.queue_status())

@@ -314,6 +314,77 @@ class Api:
         )
 
     @staticmethod
+    def delete_document_by_id(kb: str, document_id: int) -> Call[bool]:
+        return Call(
+            "SELECT kb.delete_document($1, $2::bigint) AS ok", [kb, document_id], _first("ok", bool)
+        )
+
+    # -- sources (kbpg sync)
+    @staticmethod
+    def add_source(kb: str, name: str, locator: str, kind: str = "folder") -> Call[int]:
+        return Call(
+            "SELECT kb.add_source($1, $2, $3, $4) AS id",
+            [kb, name, locator, kind],
+            _first("id", int),
+        )
+
+    @staticmethod
+    def drop_source(kb: str, name: str, delete_documents: bool = False) -> Call[int]:
+        return Call(
+            "SELECT kb.drop_source($1, $2, $3) AS n", [kb, name, delete_documents], _first("n", int)
+        )
+
+    @staticmethod
+    def sources(kb: str | None = None) -> Call[Rows]:
+        return Call(
+            "SELECT * FROM kb.sources WHERE $1::text IS NULL OR kb = $1 ORDER BY kb, source",
+            [kb],
+            _rows,
+        )
+
+    @staticmethod
+    def sync_plan(kb: str, source: str, files: list[dict[str, str]]) -> Call[Rows]:
+        return Call(
+            "SELECT * FROM kb.sync_plan($1, $2, $3::jsonb)", [kb, source, Json(files)], _rows
+        )
+
+    @staticmethod
+    def bind_document(kb: str, source: str, document_id: int, key: str, hash: str) -> Call[None]:
+        return Call(
+            "SELECT kb.bind_document($1, $2, $3, $4, $5)",
+            [kb, source, document_id, key, hash],
+            lambda _rows: None,
+        )
+
+    @staticmethod
+    def move_document(
+        kb: str,
+        document_id: int,
+        title: str,
+        metadata: dict[str, Any] | None = None,
+        source_key: str | None = None,
+    ) -> Call[int]:
+        return Call(
+            "SELECT kb.move_document($1, $2, $3, $4::jsonb, $5) AS id",
+            [kb, document_id, title, Json(metadata) if metadata is not None else None, source_key],
+            _first("id", int),
+        )
+
+    @staticmethod
+    def finish_sync(
+        kb: str, source: str, summary: dict[str, Any], error: str | None = None
+    ) -> Call[None]:
+        return Call(
+            "SELECT kb.finish_sync($1, $2, $3::jsonb, $4)",
+            [kb, source, Json(summary), error],
+            lambda _rows: None,
+        )
+
+    @staticmethod
+    def retry_failed(kb: str, title: str | None = None) -> Call[int]:
+        return Call("SELECT kb.retry_failed($1, $2) AS n", [kb, title], _first("n", int))
+
+    @staticmethod
     def queue_status() -> Call[Rows]:
         return Call("SELECT * FROM kb.queue_status()", [], _rows)
 

@@ -189,10 +189,105 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not cluster.running():
             return 0 if not cluster.initialized else 1
     with _client(args) as client:
+        if args.kb:
+            return _kb_status(client, args.kb)
         rows = client.queue_status()
     print("\njob queue:")
     _print_table(rows)
     return 0
+
+
+def _kb_status(client: Any, kb: str) -> int:
+    """Why a KB's documents are or are not searchable yet: its sources, and each document
+    not ready with its error, attempts and state."""
+    client.knowledge_base(kb)  # an unknown KB is an error, not an empty table
+    sources = client.sources(kb)
+    print(f"sources of {kb!r}:")
+    if sources:
+        for s in sources:
+            s["lag"] = _age(s["lag"])
+            s["last_sync_at"] = (
+                s["last_sync_at"].isoformat(" ", "seconds") if s["last_sync_at"] else None
+            )
+        _print_table(
+            sources,
+            [
+                "source",
+                "kind",
+                "state",
+                "documents",
+                "ready",
+                "queued",
+                "failed",
+                "lag",
+                "last_sync_at",
+                "last_error",
+            ],
+        )
+    else:
+        print("  none (kbpg sync adds a folder as a source)")
+    docs = client.document_status(kb)
+    counts: dict[str, int] = {}
+    for d in docs:
+        counts[d["status"]] = counts.get(d["status"], 0) + 1
+    print("\ndocuments: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    waiting = [d for d in docs if d["status"] != "ready"]
+    if waiting:
+        _print_table(waiting, ["title", "status", "attempts", "progress", "error"])
+        if counts.get("error"):
+            print(f"\n{counts['error']} failed for good: kbpg retry {kb} queues them again")
+    return 0
+
+
+def _age(delta: Any) -> str | None:
+    if delta is None:
+        return None
+    seconds = delta.total_seconds()
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        n = client.retry_failed(args.kb, args.title)
+    print(f"queued {n} failed document{'s' if n != 1 else ''} again")
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from kbpg.sync import sync
+
+    metadata: dict[str, Any] = {}
+    for item in args.metadata or []:
+        if "=" not in item:
+            raise KbpgError(f"--metadata {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        metadata[key] = value
+    if args.name and len(args.paths) > 1:
+        raise KbpgError("--name names one source: give one PATH with it")
+    failed = 0
+    with _client(args) as client:
+        client.knowledge_base(args.kb)
+        for path in args.paths:
+            plan, done = sync(
+                client,
+                args.kb,
+                Path(path),
+                name=args.name,
+                dry_run=args.dry_run,
+                force=args.force,
+                metadata=metadata,
+                usage_mode=args.usage_mode,
+            )
+            shown = {k: v for k, v in done.items() if v or k in ("added", "changed", "removed")}
+            prefix = "would be: " if args.dry_run else ""
+            print(f"{plan.source}: {prefix}" + ", ".join(f"{v} {k}" for k, v in shown.items()))
+            failed += done.get("failed", 0)
+    if args.wait and not args.dry_run:
+        from kbpg.db import resolve_dsn
+        from kbpg.worker import Worker
+
+        Worker(resolve_dsn(args.dsn), concurrency=args.concurrency, once=True).run()
+    return 1 if failed else 0
 
 
 # --- knowledge bases ----------------------------------------------------------------------
@@ -494,7 +589,17 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--parallel", type=int, default=1, help="requests served at once")
     ls.set_defaults(func=cmd_llm_serve)
     sub.add_parser("down", help="stop the embedded cluster").set_defaults(func=cmd_down)
-    sub.add_parser("status", help="cluster state and the job queue").set_defaults(func=cmd_status)
+    st = sub.add_parser(
+        "status",
+        help="cluster state and the job queue; with a KB, its sources and the documents not "
+        "searchable yet, and why",
+    )
+    st.add_argument("kb", nargs="?")
+    st.set_defaults(func=cmd_status)
+    rt = sub.add_parser("retry", help="queue again the documents whose indexing failed for good")
+    rt.add_argument("kb")
+    rt.add_argument("--title", help="only this document")
+    rt.set_defaults(func=cmd_retry)
     sub.add_parser("dsn", help="print a connection string psql accepts").set_defaults(func=cmd_dsn)
     sub.add_parser(
         "install",
@@ -587,6 +692,24 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--wait", action="store_true", help="run a worker until the queue is empty")
     i.add_argument("--concurrency", type=int, help=CONCURRENCY_HELP)
     i.set_defaults(func=cmd_ingest)
+
+    sy = sub.add_parser(
+        "sync",
+        help="keep a knowledge base in step with folders: new and changed files indexed, "
+        "renamed ones moved, removed ones deleted, unchanged ones untouched",
+    )
+    sy.add_argument("kb")
+    sy.add_argument("paths", nargs="+", metavar="PATH")
+    sy.add_argument("--name", help="the source's name (default: the folder's absolute path)")
+    sy.add_argument("--dry-run", action="store_true", help="list what would change; change nothing")
+    sy.add_argument(
+        "--force", action="store_true", help="remove more than half of a source's documents"
+    )
+    sy.add_argument("--metadata", action="append", metavar="KEY=VALUE")
+    sy.add_argument("--usage-mode", default="rag", choices=USAGE_MODES)
+    sy.add_argument("--wait", action="store_true", help="run a worker until the queue is empty")
+    sy.add_argument("--concurrency", type=int, help=CONCURRENCY_HELP)
+    sy.set_defaults(func=cmd_sync)
 
     q = sub.add_parser("search", help="search a knowledge base")
     q.add_argument("kb")

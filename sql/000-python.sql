@@ -20,7 +20,8 @@ BEGIN
       page         integer,
       char_start   integer,
       char_end     integer,
-      embedding    text          -- pgvector's text form (migrations/019)
+      embedding    text,         -- pgvector's text form (migrations/019)
+      embed_hash   text          -- md5 of the text the vector is of (migrations/032)
     );
   END IF;
   IF to_regtype('kb.build_result') IS NULL THEN
@@ -32,7 +33,8 @@ BEGIN
       cost_usd  double precision,
       progress  text,
       usage     jsonb,
-      error     text
+      error     text,
+      reused    integer            -- chunks whose vectors came from the document's last build
     );
   END IF;
   IF to_regtype('kb.prepared_query') IS NULL THEN
@@ -239,7 +241,8 @@ COMMENT ON FUNCTION kb.preview_chunks(text, jsonb) IS
   'Shows how a text would be chunked with an indexing_config, storing nothing.';
 
 CREATE OR REPLACE FUNCTION kb._py_build_document(title text, content text, indexing_config jsonb,
-    page_starts integer[], metadata jsonb, file bytea, index_id bigint, kb_id integer)
+    page_starts integer[], metadata jsonb, file bytea, index_id bigint, kb_id integer,
+    document_id bigint)
 RETURNS kb.build_result
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
@@ -247,24 +250,26 @@ AS $$
 if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
 return sqlapi.build_document(plpy, title, content, indexing_config, page_starts, metadata, file,
-                             index_id, kb_id)
+                             index_id, kb_id, document_id)
 $$;
 CREATE OR REPLACE FUNCTION kb._build_document(title text, content text, indexing_config jsonb,
     page_starts integer[], metadata jsonb, file bytea DEFAULT NULL, index_id bigint DEFAULT NULL,
-    kb_id integer DEFAULT NULL)
+    kb_id integer DEFAULT NULL, document_id bigint DEFAULT NULL)
 RETURNS kb.build_result
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
 BEGIN
   RETURN kb._py_build_document(title, content, indexing_config, page_starts, metadata, file,
-                               index_id, kb_id);
+                               index_id, kb_id, document_id);
 /*@reraise_expected*/
 END
 $$;
-COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb, bytea, bigint, integer) IS
+COMMENT ON FUNCTION kb._build_document(text, text, jsonb, integer[], jsonb, bytea, bigint, integer,
+    bigint) IS
   'Internal: one step of indexing a document with its strategy (chunks and vectors, or a '
-  'tree; LLM answers cached as they come).';
+  'tree; LLM answers cached as they come). A rebuild of a document in its generation '
+  '(document_id) reuses the vectors of chunks whose embedded text it finds again.';
 
 CREATE OR REPLACE FUNCTION kb._py_prefetch_embeddings(kb_id integer, job_ids bigint[],
                                                       worker text)

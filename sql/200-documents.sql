@@ -393,12 +393,18 @@ CREATE OR REPLACE VIEW kb.document_status WITH (security_invoker = true) AS
          d.llm_cost_usd, d.chunking, d.source_format,
          (SELECT count(*) FROM kb.document_media m
            WHERE m.kb_id = d.kb_id AND m.document_id = d.id) AS media,
-         d.kb_id
+         d.kb_id, d.chunks_reused,
+         (SELECT s.name FROM kb.source s WHERE s.kb_id = d.kb_id AND s.id = d.source_id) AS source,
+         d.source_key,
+         (SELECT j.run_after FROM kb.job j
+           WHERE j.kb_id = d.kb_id AND j.document_id = d.id AND j.status = 'queued'
+           ORDER BY j.id DESC LIMIT 1) AS next_attempt
   FROM kb.document d JOIN kb.knowledge_base k ON k.id = d.kb_id;
 COMMENT ON VIEW kb.document_status IS
   'Every document with its indexing status, per KB: progress of a running job ("summarising '
-  'nodes 12/40"), tokens embedded, and the LLM calls its index cost (calls paid; cache hits '
-  'were free).';
+  'nodes 12/40"), tokens embedded and chunks whose vectors a rebuild kept, the LLM calls its '
+  'index cost (calls paid; cache hits were free), its source and key there, and when a job '
+  'waiting to retry runs next.';
 GRANT SELECT ON kb.document_status TO PUBLIC;  -- rows as the caller's policies allow
 
 CREATE OR REPLACE FUNCTION kb.list_documents(kb text, title text DEFAULT NULL)
@@ -430,11 +436,13 @@ CREATE OR REPLACE VIEW kb.knowledge_base_usage WITH (security_invoker = true) AS
          coalesce(sum(d.llm_cache_hits), 0) AS llm_cache_hits,
          coalesce(sum(d.llm_prompt_tokens), 0) AS llm_prompt_tokens,
          coalesce(sum(d.llm_completion_tokens), 0) AS llm_completion_tokens,
-         sum(d.llm_cost_usd) AS llm_cost_usd, k.id AS kb_id
+         sum(d.llm_cost_usd) AS llm_cost_usd, k.id AS kb_id,
+         coalesce(sum(d.chunks_reused), 0) AS chunks_reused
   FROM kb.knowledge_base k LEFT JOIN kb.document d ON d.kb_id = k.id
   GROUP BY k.id, k.name;
 COMMENT ON VIEW kb.knowledge_base_usage IS
-  'Tokens embedded, LLM calls and tokens, and provider cost per KB.';
+  'Tokens embedded, LLM calls and tokens, and provider cost per KB; chunks_reused: chunks '
+  'whose vectors the last rebuild of their document kept (their text had not changed).';
 GRANT SELECT ON kb.knowledge_base_usage TO PUBLIC;  -- rows as the caller's policies allow
 
 -- Chunks carry their document's metadata (filters read it there, next to the vectors);

@@ -76,7 +76,7 @@ BEGIN
                                    THEN (SELECT f.data FROM kb.document_file f
                                           WHERE f.kb_id = v_kb AND f.document_id = v_doc.id)
                               END,
-                              v_ix.id, v_kb);
+                              v_ix.id, v_kb, v_doc.id);
   v_use := coalesce(v_res.usage, '{}');
   UPDATE kb.job
      SET steps = steps + 1, progress = v_res.progress,
@@ -138,10 +138,10 @@ BEGIN
   ), ins AS (
     INSERT INTO kb.chunk (index_id, kb_id, document_id, ordinal, content, token_count,
                           heading_path, page, char_start, char_end, metadata, tsv, doc_len,
-                          origin)
+                          origin, embed_hash)
     SELECT v_ix.id, v_ix.kb_id, v_doc.id, p.ordinal, p.content, p.token_count, p.heading_path, p.page,
            p.char_start, p.char_end, v_doc.metadata, p.tsv,
-           kb.tsvector_length(p.tsv, v_hw), v_origin->(p.ordinal::text)
+           kb.tsvector_length(p.tsv, v_hw), v_origin->(p.ordinal::text), p.embed_hash
     FROM payload p
     RETURNING id, ordinal
   ), vec AS (
@@ -168,6 +168,7 @@ BEGIN
     UPDATE kb.document d
        SET status = 'ready', error = NULL, chunk_count = v_n, attempts = v_job.attempts,
            tokens_embedded = v_res.tokens, embedding_cost_usd = v_res.cost_usd,
+           chunks_reused = coalesce(v_res.reused, 0),
            llm_calls = v_job.llm_calls, llm_cache_hits = v_job.llm_cache_hits,
            llm_prompt_tokens = v_job.llm_prompt_tokens,
            llm_completion_tokens = v_job.llm_completion_tokens, llm_cost_usd = v_job.llm_cost_usd,

@@ -8,6 +8,7 @@ call that process serves, so only the first query of a connection pays for loadi
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import threading
@@ -426,6 +427,11 @@ def embed(
         result = embed_remote(cfg, texts, api_key)
     check_dimensions(cfg, result.vectors)
     return result
+
+
+def text_hash(text: str) -> str:
+    """What a chunk's vector is of, as kb.chunk.embed_hash keeps it: md5 of the text."""
+    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def vector_literal(vector: list[float]) -> str:

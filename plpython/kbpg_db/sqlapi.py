@@ -152,12 +152,13 @@ def build_document(
     file: bytes | None = None,
     index_id: int | None = None,
     kb_id: int | None = None,
+    document_id: int | None = None,
 ) -> dict[str, Any]:
     """One step of indexing a document (kbpg_db.features.step)."""
     from kbpg_db import config, features
 
     cfg = config.indexing_cached(indexing_config)
-    doc = features.Document(title, content, page_starts, _json(metadata) or {}, file)
+    doc = features.Document(title, content, page_starts, _json(metadata) or {}, file, document_id)
     return _call(plpy, features.step, plpy, doc, cfg, index_id, kb_id)
 
 

@@ -239,3 +239,29 @@ def test_uninstall_asks_then_removes_everything(dsn: str, conn: psycopg.Connecti
     # And installs again from scratch.
     kbpg("--dsn", dsn, "install")
     assert conn.execute("SELECT count(*) FROM kb.knowledge_base").fetchone() == (0,)
+
+
+def test_sync_status_and_retry(dsn: str, tmp_path: Path) -> None:
+    docs = tmp_path / "notes"
+    docs.mkdir()
+    (docs / "tea.md").write_text("# Tea\n\nGreen tea is brewed at 80 degrees.\n")
+    (docs / "bread.md").write_text("# Bread\n\nSourdough bread rises with a starter.\n")
+    kbpg("--dsn", dsn, "kb", "create", "synced")
+    dry = kbpg("--dsn", dsn, "sync", "synced", str(docs), "--dry-run").stdout
+    assert "added     bread.md" in dry and "would be: 2 added" in dry
+    assert "none (kbpg sync adds" in kbpg("--dsn", dsn, "status", "synced").stdout
+    first = kbpg("--dsn", dsn, "sync", "synced", str(docs), "--wait").stdout
+    assert "2 added, 0 changed, 0 removed" in first
+    (docs / "bread.md").unlink()
+    (docs / "tea.md").rename(docs / "green-tea.md")
+    # Both files gone from the source's view: more than half, so it stops.
+    (docs / "green-tea.md").write_text("# Tea\n\nGreen tea is brewed at 75 degrees.\n")
+    stop = kbpg("--dsn", dsn, "sync", "synced", str(docs), check=False)
+    assert stop.returncode == 2 and "would remove 2 of the 2 documents" in stop.stderr
+    forced = kbpg("--dsn", dsn, "sync", "synced", str(docs), "--force", "--wait").stdout
+    assert "1 added, 0 changed, 2 removed" in forced
+    status = kbpg("--dsn", dsn, "status", "synced").stdout
+    assert str(docs.resolve()) in status and "documents: ready 1" in status
+    assert "queued 0 failed documents again" in kbpg("--dsn", dsn, "retry", "synced").stdout
+    err = kbpg("--dsn", dsn, "sync", "synced", str(docs / "nope"), check=False)
+    assert err.returncode == 2 and "not a folder" in err.stderr

@@ -85,6 +85,13 @@ WRITE_ENTRY_POINTS = (
     "_graph_node_gone",
     "_document_metadata_sync",
     "_document_chunking_check",
+    "add_source",
+    "drop_source",
+    "sync_plan",
+    "bind_document",
+    "move_document",
+    "finish_sync",
+    "retry_failed",
 )
 # Functions whose job is to find which KBs have work: their plain SELECTs (no row locks)
 # may read every KB's rows; Citus runs such a read on every node. What they then change
@@ -637,7 +644,7 @@ def test_the_check_finds_a_view_or_a_lock_not_pinned(conn: psycopg.Connection) -
     function that may read every KB's rows may not lock them that way."""
     cat = _catalog(conn)
     cat.views["document_status"] = cat.views["document_status"].replace(
-        "(j.kb_id = d.kb_id) AND", ""
+        "(j.kb_id = d.kb_id) AND", "", 1
     )
     _check_sql(cat, "probe", "SELECT 1 FROM kb.document_status s WHERE s.kb_id = $1")
     assert [f.problem for f in cat.findings] == ["reads kb.job j without j.kb_id = …"]

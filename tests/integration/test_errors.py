@@ -473,6 +473,47 @@ CASES = [
         "P0002",
         'document "nope.md" does not exist in knowledge base "docs"',
     ),
+    # Sources (kbpg sync).
+    Case(
+        "add_source",
+        "SELECT kb.add_source('docs', 'x', '/x', 'ftp')",
+        "22023",
+        'source "x": unknown kind "ftp"',
+        hint="kinds: folder, repository",
+    ),
+    *[
+        Case(
+            fn,
+            sql,
+            "P0002",
+            'source "nope" does not exist in knowledge base "docs"',
+            hint="kb.sources lists the sources of a KB",
+        )
+        for fn, sql in (
+            ("drop_source", "SELECT kb.drop_source('docs', 'nope')"),
+            ("sync_plan", "SELECT * FROM kb.sync_plan('docs', 'nope', '[]')"),
+            ("bind_document", "SELECT kb.bind_document('docs', 'nope', 1, 'a.md', 'h')"),
+        )
+    ],
+    Case(
+        "finish_sync",
+        "SELECT kb.finish_sync('docs', 'nope', '[]')",
+        "P0002",
+        'source "nope" does not exist in knowledge base "docs"',
+        hint="kb.sources lists the sources of a KB",
+    ),
+    Case(
+        "move_document",
+        "SELECT kb.move_document('docs', 999999, 'x.md')",
+        "P0002",
+        'document 999999 does not exist in knowledge base "docs"',
+    ),
+    Case(
+        "retry_failed",
+        "SELECT kb.retry_failed('docs', 'nope.md')",
+        "P0002",
+        'document "nope.md" does not exist in knowledge base "docs"',
+    ),
     # The knowledge graph's questions.
     *[
         Case(

@@ -44,6 +44,7 @@ class Document:
     page_starts: list[int] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     file: bytes | None = None  # the original file, for a strategy that reads it (Doc2JSON images)
+    id: int | None = None  # its kb.document id, when it is being indexed (not a preview)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Built:
     artifacts: dict[str, Any] | None = None
     tokens: int = 0  # tokens embedded
     cost_usd: float | None = 0.0  # embedding cost
+    reused: int = 0  # chunks whose vectors came from the document's last build
 
 
 @dataclass
@@ -139,6 +141,7 @@ def step(
         "progress": None,
         "usage": None,
         "error": None,
+        "reused": 0,
     }
     try:
         built = build(doc, cfg, ctx)
@@ -159,7 +162,10 @@ def step(
     except embedding.EmbeddingError as exc:
         raise SqlError(f"embedding failed: {exc}", EXTERNAL_FAILURE) from None
     else:
+        for chunk in built.chunks:  # a strategy that does not reuse vectors has no hash
+            chunk.setdefault("embed_hash", None)
         out.update(
+            reused=built.reused,
             chunks=built.chunks,
             artifacts=json.dumps(built.artifacts) if built.artifacts is not None else None,
             tokens=built.tokens,

@@ -79,6 +79,7 @@ def payload(chunks: list[chunking.Chunk], page_starts: list[int] | None) -> list
             "char_start": c.char_start,
             "char_end": c.char_end,
             "embedding": None,
+            "embed_hash": None,
         }
         for c in chunks
     ]
@@ -137,19 +138,52 @@ def build(doc: Document, cfg: IndexingConfig, ctx: BuildContext) -> Built:
             doc.title, doc.content, doc.metadata, cfg, rows, graph, ctx
         )
     texts = [chunking.link_text(r["embed_text"]) for r in rows]
-    ctx.report(f"embedding {len(texts)} chunks")
+    hashes = [embedding.text_hash(t) for t in texts]
+    # A rebuild of the document: chunks whose text it had before keep their vectors.
+    kept = kept_vectors(ctx, doc.id, hashes)
+    todo = [i for i, h in enumerate(hashes) if h not in kept]
+    ctx.report(f"embedding {len(todo)} chunks" + (f" ({len(kept)} kept)" if kept else ""))
+    todo_texts = [texts[i] for i in todo]
+    counts = embedded_token_counts(rows)
     # Embedded ahead with other documents' chunks (kb.prefetch_embeddings), or now.
-    result = embedding.take_ahead(cfg, texts) or embedding.embed(
-        cfg, texts, ctx.embedding_key, embedded_token_counts(rows)
+    result = (
+        (
+            embedding.take_ahead(cfg, todo_texts)
+            or embedding.embed(cfg, todo_texts, ctx.embedding_key, [counts[i] for i in todo])
+        )
+        if todo
+        else embedding.Embeddings([], 0, 0.0, 0)
     )
-    for row, vec in zip(rows, result.vectors, strict=True):
-        row["embedding"] = embedding.vector_literal(vec)
+    for i, vec in zip(todo, result.vectors, strict=True):
+        rows[i]["embedding"] = embedding.vector_literal(vec)
+    for row, h in zip(rows, hashes, strict=True):
+        row["embed_hash"] = h
+        if row["embedding"] is None:
+            row["embedding"] = kept[h]
     spent_tokens, cost = result.tokens, result.cost_usd
     if artifacts is not None:  # the entity names the graph embedded count too
         extra = artifacts.pop("embedded")
         spent_tokens += extra["tokens"]
         cost = None if cost is None or extra["cost_usd"] is None else cost + extra["cost_usd"]
-    return Built(rows, artifacts, spent_tokens, cost)
+    return Built(rows, artifacts, spent_tokens, cost, len(rows) - len(todo))
+
+
+def kept_vectors(ctx: BuildContext, document_id: int | None, hashes: list[str]) -> dict[str, str]:
+    """The vectors the document's chunks in this generation have now, by the hash of the
+    text they were computed from (same generation: same model), for those of ``hashes``."""
+    if ctx.query is None or document_id is None or ctx.index_id is None or not hashes:
+        return {}
+    rows = ctx.query(
+        (
+            "SELECT c.embed_hash AS h, e.embedding::text AS v FROM kb.chunk c "
+            "JOIN kb.embedding e ON e.kb_id = c.kb_id AND e.chunk_id = c.id "
+            "WHERE c.kb_id = $1 AND c.index_id = $2 AND c.document_id = $3 "
+            "  AND c.embed_hash = ANY ($4)",
+            ["integer", "bigint", "bigint", "text[]"],
+        ),
+        [ctx.kb_id, ctx.index_id, document_id, sorted(set(hashes))],
+    )
+    return {r["h"]: r["v"] for r in rows}
 
 
 # At most this many chunks are embedded ahead in one call (their vectors wait in the
@@ -183,6 +217,9 @@ def prefetch(plpy: Any, kb_id: int, job_ids: list[int], worker: str) -> int:
             "  AND j.status = 'running' "
             "  AND i.status IN ('active', 'building') AND d.content IS NOT NULL "
             "  AND (d.source_format IS NULL OR j.steps > 0) "
+            # A rebuild embeds only its changed chunks, in its own job.
+            "  AND NOT EXISTS (SELECT 1 FROM kb.chunk c WHERE c.kb_id = j.kb_id "
+            "                  AND c.index_id = j.index_id AND c.document_id = j.document_id) "
             "ORDER BY j.id",
             ["integer", "bigint[]", "text"],
         ),

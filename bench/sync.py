@@ -1,0 +1,129 @@
+"""sync: keeping a knowledge base in step with a folder (kbpg sync) and a changed document.
+
+- ``kbpg sync`` of an unchanged 1,000-file folder: seconds, and the files put and jobs
+  queued (both should be 0);
+- a one-paragraph edit of a 100-chunk document: chunks embedded again against the
+  document's chunks (only the changed ones should be), and the rebuild's time against
+  the first build's;
+- time from a committed change (kb.put_document) to searchable, with an idle worker
+  listening: p50 and p95.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import lat, say
+
+KB = "bench-sync"
+FILES = 1000
+PARAGRAPHS = 100
+
+
+def _paragraph(doc: int, p: int, edited: bool = False) -> str:
+    what = "was edited to say something else entirely" if edited else "says what it says"
+    return (
+        f"## Section {p}\n\nSection {p} of document {doc} {what}: item {doc}-{p} "
+        f"covers its own topic in a few plain sentences of text.\n"
+    )
+
+
+def _document(doc: int, paragraphs: int, edited: int | None = None) -> str:
+    return f"# Document {doc}\n\n" + "\n".join(
+        _paragraph(doc, p, p == edited) for p in range(paragraphs)
+    )
+
+
+def _drain(dsn: str) -> float:
+    from kbpg.worker import Worker
+
+    t0 = time.perf_counter()
+    Worker(dsn, once=True, poll_interval=0.1).run()
+    return time.perf_counter() - t0
+
+
+def bench_sync(dsn: str, quick: bool) -> dict[str, Any]:
+    from kbpg.client import Client
+    from kbpg.sync import sync
+    from kbpg.worker import Worker
+
+    files = 200 if quick else FILES
+    out: dict[str, Any] = {
+        "workload": f"kbpg sync of an unchanged {files}-file folder; a one-paragraph edit of a "
+        f"{PARAGRAPHS}-chunk document; put to searchable with an idle worker (default model)"
+    }
+    with Client(dsn) as client:
+        client.conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (KB,))
+        client.create_knowledge_base(KB)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "notes"
+            folder.mkdir()
+            for i in range(files):
+                (folder / f"note-{i:04d}.md").write_text(_document(i, 3))
+            say(f"sync: first sync of {files} files")
+            t0 = time.perf_counter()
+            sync(client, KB, folder, report=lambda _line: None)
+            out["first_sync_s"] = round(time.perf_counter() - t0, 2)
+            jobs_before = client.conn.execute(
+                "SELECT count(*) FROM kb.job j JOIN kb.knowledge_base k ON k.id = j.kb_id "
+                "WHERE k.name = %s",
+                (KB,),
+            ).fetchone()[0]
+            times, changed = [], 0
+            for _ in range(3):
+                t0 = time.perf_counter()
+                _, done = sync(client, KB, folder, report=lambda _line: None)
+                times.append(time.perf_counter() - t0)
+                changed += done["added"] + done["changed"] + done["moved"] + done["removed"]
+            jobs_after = client.conn.execute(
+                "SELECT count(*) FROM kb.job j JOIN kb.knowledge_base k ON k.id = j.kb_id "
+                "WHERE k.name = %s",
+                (KB,),
+            ).fetchone()[0]
+            out["unchanged_sync_s"] = round(statistics.median(times), 3)
+            out["unchanged_sync_files_put"] = changed
+            out["unchanged_sync_jobs_queued"] = jobs_after - jobs_before
+        client.conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (KB,))
+        client.create_knowledge_base(KB)
+        time.sleep(0.5)
+
+        # A 100-chunk document, built, then one paragraph edited.
+        client.add_text(KB, "long.md", _document(0, PARAGRAPHS))
+        say("sync: first build of a 100-chunk document")
+        first = _drain(dsn)
+        client.add_text(KB, "long.md", _document(0, PARAGRAPHS, edited=PARAGRAPHS // 2))
+        again = _drain(dsn)
+        row = client.document_status(KB, "long.md")[0]
+        out["edit_chunks"] = row["chunk_count"]
+        out["edit_chunks_embedded"] = row["chunk_count"] - row["chunks_reused"]
+        out["edit_rebuild_s"] = round(again, 2)
+        out["first_build_s"] = round(first, 2)
+
+        # Put to searchable, an idle worker listening.
+        worker = Worker(dsn, concurrency=1, poll_interval=2.0)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        time.sleep(3)  # the worker is listening and its model loaded
+        waits = []
+        for i in range(10 if quick else 30):
+            marker = f"marker{i}x"
+            t0 = time.perf_counter()
+            client.add_text(KB, "live.md", f"# Live\n\nThe live document now says {marker}.")
+            while True:
+                hits = client.search(KB, marker, method="full_text", term_expansion=0, top_k=1)
+                if hits and marker in hits[0].content:
+                    break
+                if time.perf_counter() - t0 > 30:
+                    raise RuntimeError("a change took over 30 s to become searchable")
+                time.sleep(0.01)
+            waits.append(time.perf_counter() - t0)
+        worker.stop()
+        thread.join(30)
+        out["put_to_searchable"] = lat(waits)
+        client.conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (KB,))
+    return out
