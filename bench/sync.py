@@ -6,7 +6,10 @@
   document's chunks (only the changed ones should be), and the rebuild's time against
   the first build's;
 - time from a committed change (kb.put_document) to searchable, with an idle worker
-  listening: p50 and p95.
+  listening: p50 and p95;
+- table sources: what the triggers add to an application's writes (10,000 rows inserted
+  and updated, in one statement and one statement a row, against the same table without a
+  source), and time from a committed row change to searchable with an idle worker.
 """
 
 from __future__ import annotations
@@ -125,5 +128,103 @@ def bench_sync(dsn: str, quick: bool) -> dict[str, Any]:
         worker.stop()
         thread.join(30)
         out["put_to_searchable"] = lat(waits)
+        out.update(_table_source(client, dsn, quick))
         client.conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (KB,))
     return out
+
+
+def _write_times(conn: Any, table: str, rows: int) -> dict[str, float]:
+    """Seconds to insert and update ``rows`` rows, in one statement and one a row."""
+    out = {}
+    conn.execute(f"TRUNCATE {table}")
+    t0 = time.perf_counter()
+    conn.execute(
+        f"INSERT INTO {table} (id, name, body) SELECT i, 'item ' || i, "
+        f"'the text of item ' || i FROM generate_series(1, {rows}) i"
+    )
+    out["insert_statement"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    conn.execute(f"UPDATE {table} SET body = body || ' (changed)'")
+    out["update_statement"] = time.perf_counter() - t0
+    conn.execute(f"TRUNCATE {table}")
+    t0 = time.perf_counter()
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO {table} (id, name, body) VALUES (%s, %s, %s)",
+            [(i, f"item {i}", f"the text of item {i}") for i in range(1, rows + 1)],
+        )
+    out["insert_rows"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany(
+            f"UPDATE {table} SET body = body || ' (changed)' WHERE id = %s",
+            [(i,) for i in range(1, rows + 1)],
+        )
+    out["update_rows"] = time.perf_counter() - t0
+    return out
+
+
+def _table_source(client: Any, dsn: str, quick: bool) -> dict[str, Any]:
+    from kbpg.worker import Worker
+
+    conn = client.conn
+    rows = 2000 if quick else 10_000
+    for t in ("bench_plain", "bench_followed"):
+        conn.execute(f"DROP TABLE IF EXISTS public.{t}")
+        conn.execute(f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, name text, body text)")
+    conn.execute(
+        "SELECT kb.add_table_source(%s, 'public.bench_followed', 'id', ARRAY['body'], "
+        "title_column => 'name')",
+        (KB,),
+    )
+    say(f"sync: {rows} rows written with and without a table source")
+    plain: dict[str, list[float]] = {}
+    followed: dict[str, list[float]] = {}
+    for _ in range(5):  # alternating, the median of five
+        for table, into in (("public.bench_plain", plain), ("public.bench_followed", followed)):
+            for k, v in _write_times(conn, table, rows).items():
+                into.setdefault(k, []).append(v)
+    ratios = {
+        k: round(statistics.median(followed[k]) / statistics.median(plain[k]), 2) for k in plain
+    }
+    conn.execute("TRUNCATE public.bench_followed")
+    conn.execute("DELETE FROM kb.source_change")
+    conn.execute("SELECT kb.drop_knowledge_base(%s, true)", (KB,))
+    client.create_knowledge_base(KB)
+    conn.execute(
+        "SELECT kb.add_table_source(%s, 'public.bench_followed', 'id', ARRAY['body'], "
+        "title_column => 'name')",
+        (KB,),
+    )
+    conn.execute("INSERT INTO public.bench_followed VALUES (1, 'live row', 'nothing yet')")
+    worker = Worker(dsn, concurrency=1, poll_interval=2.0)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    time.sleep(3)
+    waits = []
+    for i in range(10 if quick else 30):
+        marker = f"rowmarker{i}x"
+        t0 = time.perf_counter()
+        conn.execute("UPDATE public.bench_followed SET body = %s WHERE id = 1", (f"now {marker}",))
+        while True:
+            hits = client.search(KB, marker, method="full_text", term_expansion=0, top_k=1)
+            if hits and marker in hits[0].content:
+                break
+            if time.perf_counter() - t0 > 30:
+                raise RuntimeError("a row change took over 30 s to become searchable")
+            time.sleep(0.01)
+        waits.append(time.perf_counter() - t0)
+    worker.stop()
+    thread.join(30)
+    for t in ("bench_plain", "bench_followed"):
+        conn.execute(f"DROP TABLE public.{t}")
+    return {
+        "table_source_write_ratio": ratios,
+        # What the trigger adds to each statement of one row (10,000 of them).
+        "table_source_us_per_row_statement": {
+            k: round((statistics.median(followed[k]) - statistics.median(plain[k])) / rows * 1e6, 1)
+            for k in ("insert_rows", "update_rows")
+        },
+        "table_source_write_s": {k: round(statistics.median(followed[k]), 3) for k in followed},
+        "row_change_to_searchable": lat(waits),
+    }

@@ -128,6 +128,32 @@ class SyncMethods:
     def add_source(self, kb: str, name: str, locator: str, kind: str = "folder") -> int:
         return self._run(Api.add_source(kb, name, locator, kind))
 
+    def add_table_source(
+        self,
+        kb: str,
+        table: str,
+        key_column: str,
+        text_columns: list[str] | None = None,
+        text_expression: str | None = None,
+        title_column: str | None = None,
+        metadata_columns: list[str] | None = None,
+        filter: str | None = None,
+        name: str | None = None,
+    ) -> int:
+        return self._run(
+            Api.add_table_source(
+                kb,
+                table,
+                key_column,
+                text_columns,
+                text_expression,
+                title_column,
+                metadata_columns,
+                filter,
+                name,
+            )
+        )
+
     def drop_source(self, kb: str, name: str, delete_documents: bool = False) -> int:
         return self._run(Api.drop_source(kb, name, delete_documents))
 
@@ -449,6 +475,32 @@ class AsyncMethods:
 
     async def add_source(self, kb: str, name: str, locator: str, kind: str = "folder") -> int:
         return await self._run(Api.add_source(kb, name, locator, kind))
+
+    async def add_table_source(
+        self,
+        kb: str,
+        table: str,
+        key_column: str,
+        text_columns: list[str] | None = None,
+        text_expression: str | None = None,
+        title_column: str | None = None,
+        metadata_columns: list[str] | None = None,
+        filter: str | None = None,
+        name: str | None = None,
+    ) -> int:
+        return await self._run(
+            Api.add_table_source(
+                kb,
+                table,
+                key_column,
+                text_columns,
+                text_expression,
+                title_column,
+                metadata_columns,
+                filter,
+                name,
+            )
+        )
 
     async def drop_source(self, kb: str, name: str, delete_documents: bool = False) -> int:
         return await self._run(Api.drop_source(kb, name, delete_documents))

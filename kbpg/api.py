@@ -329,6 +329,35 @@ class Api:
         )
 
     @staticmethod
+    def add_table_source(
+        kb: str,
+        table: str,
+        key_column: str,
+        text_columns: list[str] | None = None,
+        text_expression: str | None = None,
+        title_column: str | None = None,
+        metadata_columns: list[str] | None = None,
+        filter: str | None = None,
+        name: str | None = None,
+    ) -> Call[int]:
+        return Call(
+            "SELECT kb.add_table_source($1, $2::regclass, $3, $4::text[], $5, $6, "
+            "coalesce($7::text[], '{}'), $8, $9) AS id",
+            [
+                kb,
+                table,
+                key_column,
+                text_columns,
+                text_expression,
+                title_column,
+                metadata_columns,
+                filter,
+                name,
+            ],
+            _first("id", int),
+        )
+
+    @staticmethod
     def drop_source(kb: str, name: str, delete_documents: bool = False) -> Call[int]:
         return Call(
             "SELECT kb.drop_source($1, $2, $3) AS n", [kb, name, delete_documents], _first("n", int)

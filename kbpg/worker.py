@@ -37,6 +37,8 @@ from kbpg.errors import clean_message
 log = logging.getLogger("kbpg.worker")
 
 CHANNEL = "kbpg_jobs"
+# Row changes of table sources applied per call of kb.apply_source_changes, per source.
+SOURCE_BATCH = 2000
 AUTO_MAX_CONNECTIONS = 4
 # A document this large (its text, in bytes) may take the cores of idle connections.
 LARGE_DOCUMENT_BYTES = 20_000
@@ -301,9 +303,30 @@ class Worker:
                     kb, index_id, added, removed,
                 )  # fmt: skip
 
+    def _apply_source_changes(self, conn: Any) -> None:
+        """Turn table sources' queued row changes into documents and jobs (a few thousand
+        keys a call; the rest at the next turn of the loop)."""
+        for kb, source, applied, waiting, error in conn.execute(
+            "SELECT * FROM kb.apply_source_changes(%s)", (SOURCE_BATCH,)
+        ).fetchall():
+            if error:
+                log.warning("source %s of %s: %s", source, kb, error)
+            if applied or waiting:
+                log.info(
+                    "source %s of %s: %s documents changed, %s row changes waiting",
+                    source, kb, applied, waiting,
+                )  # fmt: skip
+            if waiting and not error:
+                self.wake.set()
+
     def _queue_empty(self, conn: Any) -> bool:
+        """No job queued or running, and no row change of a table source waiting (one
+        that cannot be applied now, its source broken or its role out of reach, aside)."""
         row = conn.execute(
-            "SELECT count(*) FROM kb.job WHERE status IN ('queued', 'running')"
+            "SELECT (SELECT count(*) FROM kb.job WHERE status IN ('queued', 'running')) "
+            "     + (SELECT count(*) FROM kb.source_change c JOIN kb.source s "
+            "          ON s.kb_id = c.kb_id AND s.id = c.source_id "
+            "         WHERE s.state = 'active' AND s.last_error IS NULL)"
         ).fetchone()
         return int(row[0]) == 0
 
@@ -330,6 +353,8 @@ class Worker:
                     conn = self._connect()
                     threads = self._onnx_threads
                     backoff = 0.5
+                if index == 0:
+                    self._apply_source_changes(conn)
                 # A claim's jobs are one KB's (kb.claim_jobs).
                 size, queued = self._claim_size(conn)
                 jobs = conn.execute(

@@ -35,7 +35,7 @@ ALTER TABLE kb.document ADD COLUMN source_key text;
 ALTER TABLE kb.document ADD COLUMN source_hash text;
 ALTER TABLE kb.document ADD COLUMN chunks_reused integer NOT NULL DEFAULT 0;
 ALTER TABLE kb.document ADD CONSTRAINT document_source_fk
-  FOREIGN KEY (kb_id, source_id) REFERENCES kb.source (kb_id, id);
+  FOREIGN KEY (kb_id, source_id) REFERENCES kb.source (kb_id, id) ON DELETE CASCADE;
 ALTER TABLE kb.document ADD CONSTRAINT document_source_key_check
   CHECK ((source_id IS NULL) = (source_key IS NULL));
 CREATE UNIQUE INDEX document_source_key_idx ON kb.document (kb_id, source_id, source_key)

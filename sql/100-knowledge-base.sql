@@ -200,6 +200,7 @@ DECLARE
   v_kb kb.knowledge_base;
   v_id integer;
   v_ix bigint;
+  v_src kb.source;
 BEGIN
   SELECT * INTO v_kb FROM kb.knowledge_base k WHERE k.name = drop_knowledge_base.name;
   IF NOT FOUND THEN
@@ -213,6 +214,11 @@ BEGIN
   -- is checked at commit, when the KB is gone too.)
   FOR v_ix IN SELECT id FROM kb.kb_index WHERE kb_id = v_id LOOP
     PERFORM kb._drop_index(v_id, v_ix);
+  END LOOP;
+  -- Its table sources' triggers go from the applications' tables.
+  FOR v_src IN SELECT * FROM kb.source s WHERE s.kb_id = v_id AND s.kind = 'table' LOOP
+    DELETE FROM kb.source s WHERE s.kb_id = v_id AND s.id = v_src.id;
+    PERFORM kb._detach_table_source(v_id, v_src.id, v_src.relation);
   END LOOP;
   DELETE FROM kb.knowledge_base WHERE id = v_id;
   RETURN true;

@@ -90,12 +90,16 @@ BEGIN
   END IF;
   GET DIAGNOSTICS v_n = ROW_COUNT;
   DELETE FROM kb.source s WHERE s.kb_id = v_kb.id AND s.id = v_src.id;
+  IF v_src.kind = 'table' THEN  -- its triggers go with it
+    PERFORM kb._detach_table_source(v_kb.id, v_src.id, v_src.relation);
+  END IF;
   RETURN v_n;
 END
 $$;
 COMMENT ON FUNCTION kb.drop_source(text, text, boolean) IS
-  'Removes a source. Its documents stay, as documents added by hand, unless '
-  'delete_documents is true. Returns how many documents it kept or deleted.';
+  'Removes a source (a table source''s triggers too). Its documents stay, as documents '
+  'added by hand, unless delete_documents is true. Returns how many documents it kept or '
+  'deleted.';
 
 CREATE OR REPLACE FUNCTION kb.sync_plan(kb text, source text, files jsonb)
 RETURNS TABLE (action text, source_key text, document_id bigint, moved_from text)
@@ -266,17 +270,22 @@ CREATE OR REPLACE VIEW kb.sources WITH (security_invoker = true) AS
          count(d.id) FILTER (WHERE d.status = 'ready') AS ready,
          count(d.id) FILTER (WHERE d.status IN ('pending', 'indexing')) AS queued,
          count(d.id) FILTER (WHERE d.status = 'error') AS failed,
+         -- A table source's row changes not yet applied (keys).
+         (SELECT coalesce(sum(coalesce(cardinality(c.keys), 1)), 0) FROM kb.source_change c
+           WHERE c.kb_id = s.kb_id AND c.source_id = s.id) AS changes_waiting,
          s.last_sync_at, s.last_sync,
          -- How long the oldest change not yet searchable has waited.
-         now() - min(d.updated_at) FILTER (WHERE d.status IN ('pending', 'indexing')) AS lag,
+         now() - least(min(d.updated_at) FILTER (WHERE d.status IN ('pending', 'indexing')),
+                       (SELECT min(c.queued_at) FROM kb.source_change c
+                         WHERE c.kb_id = s.kb_id AND c.source_id = s.id)) AS lag,
          s.last_error, s.config, s.created_at, s.kb_id, s.id AS source_id
   FROM kb.source s JOIN kb.knowledge_base k ON k.id = s.kb_id
   LEFT JOIN kb.document d ON d.kb_id = s.kb_id AND d.source_id = s.id
   GROUP BY s.kb_id, s.id, k.name;
 COMMENT ON VIEW kb.sources IS
   'Each source of each knowledge base with its documents by state (ready, queued, '
-  'failed), its last sync and its counts, the lag (age of the oldest change not yet '
-  'searchable) and the last error.';
+  'failed), a table source''s row changes not applied yet, its last sync and its counts, '
+  'the lag (age of the oldest change not yet searchable) and the last error.';
 GRANT SELECT ON kb.sources TO PUBLIC;  -- rows as the caller's policies allow
 
 CREATE OR REPLACE FUNCTION kb.retry_failed(kb text, title text DEFAULT NULL)

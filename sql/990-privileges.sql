@@ -41,7 +41,16 @@ FROM PUBLIC;
 -- statistics, chunk metadata, stale communities) in step, whoever made the change.
 REVOKE EXECUTE ON FUNCTION kb._kb_index_hnsw(), kb._document_metadata_sync(),
   kb._chunk_after_insert(), kb._chunk_after_delete(), kb._kb_index_after_delete(),
-  kb._graph_node_gone() FROM PUBLIC;
+  kb._graph_node_gone(), kb._table_source_changed(), kb._table_source_ddl() FROM PUBLIC;
+
+-- A table source's triggers are created and dropped for it (kb.add_table_source,
+-- kb.drop_source), as kbpg's owner: the role that attaches a source needs the TRIGGER
+-- privilege on the table, not on kbpg's queue. Each acts only on a source row as it
+-- must be: kb._attach_table_source for an active one whose recorded role (set by a
+-- trigger, never by hand) the session may act as, and which may read the table, create
+-- triggers on it and write its KB;
+-- kb._detach_table_source for one that no longer exists. Called otherwise, the first
+-- raises insufficient_privilege and the second does nothing.
 
 -- The internal SECURITY DEFINER functions left callable by every role are lookups that
 -- row-level policies and kbpg's own SQL functions evaluate with the caller's rights, so

@@ -92,6 +92,9 @@ WRITE_ENTRY_POINTS = (
     "move_document",
     "finish_sync",
     "retry_failed",
+    "add_table_source",
+    "apply_source_changes",
+    "_table_source_changed",
 )
 # Functions whose job is to find which KBs have work: their plain SELECTs (no row locks)
 # may read every KB's rows; Citus runs such a read on every node. What they then change
@@ -100,6 +103,7 @@ SPANS_KBS = {
     "claim_jobs": "which KBs have due jobs; each claim then locks one KB's",
     "queue_status": "the queue of every KB, counted (what kbpg status shows)",
     "refresh_stale_communities": "which KBs' communities are stale; each refresh is one KB's",
+    "apply_source_changes": "which table sources have changes waiting; each is applied as its KB's",
 }
 # Columns of the reference tables that hold a KB's id: equal to a per-KB table's kb_id,
 # they pass its value on, as kb_id columns do.

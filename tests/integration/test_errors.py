@@ -503,6 +503,18 @@ CASES = [
         hint="kb.sources lists the sources of a KB",
     ),
     Case(
+        "add_table_source",
+        "SELECT kb.add_table_source('docs', 'kb.team', 'id', ARRAY['name'], text_expression => 'x')",
+        "22023",
+        'source "kb.team": give text_columns or text_expression, one of them',
+    ),
+    Case(
+        "apply_source_changes",
+        "SELECT * FROM kb.apply_source_changes(0)",
+        "22023",
+        "max_keys must be at least 1",
+    ),
+    Case(
         "move_document",
         "SELECT kb.move_document('docs', 999999, 'x.md')",
         "P0002",

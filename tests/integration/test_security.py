@@ -38,6 +38,8 @@ class World:
     kb_id: int = 0
     index_id: int = 0
     team_id: int = 0
+    source_id: int = 0  # a table source of the KB, attached by the admin
+    source_relation: int = 0
     conns: dict[str, psycopg.Connection[Any]] = field(default_factory=dict)
 
     def role(self, name: str) -> str:
@@ -71,6 +73,13 @@ def world(dsn: str, conn: psycopg.Connection[Any]) -> Iterator[World]:
         w.kb_id, w.index_id, w.team_id = conn.execute(
             "SELECT id, active_index_id, team_id FROM kb.knowledge_base WHERE name = %s", (w.kb,)
         ).fetchone()
+        items = f'public."{w.prefix}_items"'
+        conn.execute(f"CREATE TABLE {items} (id integer PRIMARY KEY, body text)")
+        conn.execute(f'GRANT SELECT, TRIGGER ON {items} TO "{w.role("admin")}"')
+        w.source_id = a.execute(
+            "SELECT kb.add_table_source(%s, %s, 'id', ARRAY['body'])", (w.kb, items)
+        ).fetchone()[0]
+        w.source_relation = conn.execute("SELECT %s::regclass::oid", (items,)).fetchone()[0]
         # A cached LLM answer (the worker writes these), its key the request's sha256.
         conn.execute(
             "INSERT INTO kb.llm_call (key, model, purpose, request, response) "
@@ -81,6 +90,7 @@ def world(dsn: str, conn: psycopg.Connection[Any]) -> Iterator[World]:
     finally:
         for c in w.conns.values():
             c.close()
+        conn.execute(f'DROP TABLE IF EXISTS public."{w.prefix}_items"')
         for r in ("admin", "member", "outsider"):
             conn.execute(f'DROP ROLE IF EXISTS "{w.role(r)}"')
 
@@ -180,6 +190,17 @@ def definer_calls(w: World) -> dict[str, tuple[str, tuple[Any, ...], Any]]:
             (w.kb,),
             ("error", "P0002"),
         ),
+        # Table sources' triggers: only for a source row as it must be.
+        "kb._attach_table_source(integer,bigint)": (
+            "SELECT kb._attach_table_source(%s, %s)",
+            (w.kb_id, w.source_id),
+            ("error", "42501"),
+        ),
+        "kb._detach_table_source(integer,bigint,oid)": (
+            "SELECT kb._detach_table_source(%s, %s, %s)",
+            (w.kb_id, w.source_id, w.source_relation),
+            ("rows", [("",)]),  # void: nothing done
+        ),
     }
 
 
@@ -188,7 +209,8 @@ def definers(conn: psycopg.Connection[Any]) -> dict[str, tuple[bool, int]]:
     return {
         sig: (trigger, oid)
         for sig, trigger, oid in conn.execute(
-            "SELECT p.oid::regprocedure::text, p.prorettype = 'trigger'::regtype, p.oid "
+            "SELECT p.oid::regprocedure::text, "
+            "       p.prorettype IN ('trigger'::regtype, 'event_trigger'::regtype), p.oid "
             "FROM pg_proc p WHERE p.pronamespace = 'kb'::regnamespace AND p.prosecdef"
         )
     }
@@ -208,6 +230,8 @@ def test_every_definer_function_is_tried(world: World, conn: psycopg.Connection[
         "kb._llm_cache_get(text[])",
         "kb._server_setting(text)",
         "kb._kb_name_taken(text)",
+        "kb._attach_table_source(integer,bigint)",
+        "kb._detach_table_source(integer,bigint,oid)",
     }, "an internal SECURITY DEFINER function besides the documented lookups"
     outsider = world.conn("outsider")
     before = snapshot(conn)
