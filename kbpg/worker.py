@@ -39,6 +39,8 @@ log = logging.getLogger("kbpg.worker")
 CHANNEL = "kbpg_jobs"
 # Row changes of table sources applied per call of kb.apply_source_changes, per source.
 SOURCE_BATCH = 2000
+# Seconds a connection waits after a job it had no right to do, before claiming again.
+RIGHTS_BACKOFF_S = 30.0
 AUTO_MAX_CONNECTIONS = 4
 # A document this large (its text, in bytes) may take the cores of idle connections.
 LARGE_DOCUMENT_BYTES = 20_000
@@ -63,6 +65,7 @@ class WorkerStats:
     retried: int = 0
     lost: int = 0  # taken over by another worker (this one's lease ran out)
     skipped: int = 0  # cancelled or superseded: nothing left to do
+    lacking_rights: int = 0  # handed back: the worker's role may not do the job
     seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -479,6 +482,11 @@ class Worker:
             message = clean_message((exc.diag.message_primary or str(exc)).strip())
             if exc.diag.message_detail:
                 message += f" ({exc.diag.message_detail})"
+            if exc.sqlstate == "42501":
+                # The worker's own rights, not the document: the job goes back with its
+                # attempt not counted, and says why.
+                self._lacks_rights(conn, worker_id, job, message)
+                return
             verdict = conn.execute(
                 "SELECT kb._job_verdict(kb.fail_job(%s, %s, %s, %s))::text",
                 (kb_id, job_id, worker_id, message),
@@ -488,6 +496,27 @@ class Worker:
         if outcome is Outcome.MORE:  # stopping: hand the job back, its cached answers stay
             conn.execute("SELECT kb.release_job(%s, %s, %s)", (kb_id, job_id, worker_id))
         self._report(outcome, job_id, kb, title, time.monotonic() - t0, error)
+
+    def _lacks_rights(self, conn: Any, worker_id: str, job: tuple[Any, ...], message: str) -> None:
+        kb_id, job_id, *_ = job
+        user = conn.execute("SELECT current_user").fetchone()[0]
+        why = (
+            f"the worker connects as {user}, which may not do kbpg's indexing ({message}); "
+            "run kbpg worker as the kb schema's owner"
+        )
+        conn.execute("SELECT kb.release_job(%s, %s, %s)", (kb_id, job_id, worker_id))
+        conn.execute(
+            "UPDATE kb.job SET last_error = %s WHERE kb_id = %s AND id = %s",
+            (why, kb_id, job_id),
+        )
+        log.error("job %s handed back, attempt not counted: %s", job_id, why)
+        with self.stats.lock:
+            self.stats.lacking_rights += 1
+        # Every job would fail the same way: stop (--once), or wait before claiming again.
+        if self.once:
+            self.stop()
+        else:
+            self.stop_event.wait(RIGHTS_BACKOFF_S)
 
     def _report(
         self,

@@ -261,15 +261,23 @@ RETURNS boolean
 LANGUAGE sql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-  UPDATE kb.job j SET status = 'queued', locked_by = NULL, locked_until = NULL,
-                      attempts = greatest(j.attempts - 1, 0), run_after = now()
-   WHERE j.kb_id = release_job.kb_id AND j.id = release_job.job_id
-     AND j.locked_by = release_job.worker AND j.status = 'running'
-  RETURNING true
+  WITH j AS (
+    UPDATE kb.job j SET status = 'queued', locked_by = NULL, locked_until = NULL,
+                        attempts = greatest(j.attempts - 1, 0), run_after = now()
+     WHERE j.kb_id = release_job.kb_id AND j.id = release_job.job_id
+       AND j.locked_by = release_job.worker AND j.status = 'running'
+    RETURNING j.kb_id, j.document_id
+  ), d AS (  -- its document waits again
+    UPDATE kb.document d SET status = 'pending'
+      FROM j WHERE d.kb_id = j.kb_id AND d.id = j.document_id AND d.status = 'indexing'
+    RETURNING d.id
+  )
+  SELECT true FROM j
 $$;
 COMMENT ON FUNCTION kb.release_job(integer, bigint, text) IS
-  'Hands a running job back to the queue (a worker stopping between steps of a long job); '
-  'the attempt does not count, and its cached LLM answers carry the next run.';
+  'Hands a running job back to the queue (a worker stopping between steps of a long job, '
+  'or one whose role may not do it); the attempt does not count, its document waits again '
+  'as pending, and its cached LLM answers carry the next run.';
 
 CREATE OR REPLACE FUNCTION kb._cancel_job(p_kb_id integer, p_job_id bigint, p_reason text)
 RETURNS void

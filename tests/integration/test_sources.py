@@ -188,3 +188,31 @@ def test_failed_documents_wait_for_retry_failed(
     run_worker(conn.info.dsn)
     assert client.document_status("docs", "bad.md")[0]["status"] == "ready"
     assert client.retry_failed("docs") == 0
+
+
+def test_a_worker_without_the_rights_hands_jobs_back(
+    client: Client, conn: psycopg.Connection[Any], provider: FakeProvider, dsn: str
+) -> None:
+    """A worker connected as an application role may claim a job of a KB it writes, but
+    not write what indexing builds: it says so, and the job's attempt does not count."""
+    remote_kb(client, conn, provider, "docs")
+    client.add_text("docs", "a.md", "Some text to index.")
+    team = conn.execute(
+        "SELECT t.name FROM kb.team t JOIN kb.knowledge_base k ON k.team_id = t.id "
+        "WHERE k.name = 'docs'"
+    ).fetchone()[0]
+    conn.execute("CREATE ROLE app_worker LOGIN")
+    conn.execute("SELECT kb.add_team_member(%s, 'app_worker')", (team,))
+    conn.execute("ALTER ROLE app_worker SET kb.fake_key = 'test-key'")
+    try:
+        stats = run_worker(psycopg.conninfo.make_conninfo(dsn, user="app_worker"))
+        assert stats.lacking_rights == 1 and stats.failed == stats.done == 0
+        job = conn.execute("SELECT status, attempts, last_error FROM kb.job").fetchone()
+        assert job[0] == "queued" and job[1] == 0
+        assert "the worker connects as app_worker" in job[2] and "permission denied" in job[2]
+        assert client.document_status("docs", "a.md")[0]["status"] == "pending"
+        run_worker(dsn)  # as the schema's owner
+        assert client.document_status("docs", "a.md")[0]["status"] == "ready"
+    finally:
+        conn.execute("SELECT kb.remove_team_member(%s, 'app_worker')", (team,))
+        conn.execute("DROP ROLE app_worker")
