@@ -154,6 +154,17 @@ class SyncMethods:
             )
         )
 
+    def add_url_source(
+        self,
+        kb: str,
+        name: str,
+        urls: list[str],
+        refresh_interval: str = "1 day",
+        render: bool = True,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        return self._run(Api.add_url_source(kb, name, urls, refresh_interval, render, metadata))
+
     def drop_source(self, kb: str, name: str, delete_documents: bool = False) -> int:
         return self._run(Api.drop_source(kb, name, delete_documents))
 
@@ -500,6 +511,19 @@ class AsyncMethods:
                 filter,
                 name,
             )
+        )
+
+    async def add_url_source(
+        self,
+        kb: str,
+        name: str,
+        urls: list[str],
+        refresh_interval: str = "1 day",
+        render: bool = True,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        return await self._run(
+            Api.add_url_source(kb, name, urls, refresh_interval, render, metadata)
         )
 
     async def drop_source(self, kb: str, name: str, delete_documents: bool = False) -> int:

@@ -358,6 +358,22 @@ class Api:
         )
 
     @staticmethod
+    def add_url_source(
+        kb: str,
+        name: str,
+        urls: list[str],
+        refresh_interval: str = "1 day",
+        render: bool = True,
+        metadata: dict[str, Any] | None = None,
+    ) -> Call[int]:
+        return Call(
+            "SELECT kb.add_url_source($1, $2, $3::text[], $4::interval, $5, "
+            "coalesce($6::jsonb, '{}')) AS id",
+            [kb, name, urls, refresh_interval, render, Json(metadata) if metadata else None],
+            _first("id", int),
+        )
+
+    @staticmethod
     def drop_source(kb: str, name: str, delete_documents: bool = False) -> Call[int]:
         return Call(
             "SELECT kb.drop_source($1, $2, $3) AS n", [kb, name, delete_documents], _first("n", int)

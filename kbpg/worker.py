@@ -322,6 +322,13 @@ class Worker:
             if waiting and not error:
                 self.wake.set()
 
+    def _refresh_url_sources(self, conn: Any) -> None:
+        """With the queue empty: queue a fetch of the web sources' pages that are due."""
+        for kb, source, queued in conn.execute("SELECT * FROM kb.refresh_url_sources()").fetchall():
+            log.info("source %s of %s: %s pages to fetch again", source, kb, queued)
+            if queued:
+                self.wake.set()
+
     def _queue_empty(self, conn: Any) -> bool:
         """No job queued or running, and no row change of a table source waiting (one
         that cannot be applied now, its source broken or its role out of reach, aside)."""
@@ -374,6 +381,7 @@ class Worker:
                     if index == 0 and self._queue_empty(conn):
                         self._refresh_communities(conn)
                         self._refresh_term_vectors(conn)
+                        self._refresh_url_sources(conn)
                     if self.once and all(self._idle) and self._queue_empty(conn):
                         return
                     self.wake.wait(self.poll_interval)

@@ -135,7 +135,7 @@ COMMENT ON FUNCTION kb.add_url(text, text, text, jsonb, text, boolean) IS
   'page is kept, so a reindex does not fetch again.';
 
 CREATE OR REPLACE FUNCTION kb._py_convert_document(kb_id integer, document_id bigint)
-RETURNS text
+RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -144,7 +144,7 @@ from kbpg_db import sqlapi
 return sqlapi.convert_document(plpy, kb_id, document_id)
 $$;
 CREATE OR REPLACE FUNCTION kb._convert_document(p_kb_id integer, p_document_id bigint)
-RETURNS text
+RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
@@ -155,7 +155,8 @@ END
 $$;
 COMMENT ON FUNCTION kb._convert_document(integer, bigint) IS
   'Internal: converts a file or URL document''s original to its text (and media); returns '
-  'the error that stops the document, or NULL.';
+  '{"error": ...} when that stops the document, {} when the text is stored, and for a web '
+  'source''s page fetched again {"outcome": "unchanged" | "kept" | "gone"}.';
 
 CREATE OR REPLACE FUNCTION kb.media(kb text, ref text, of_document bigint DEFAULT NULL)
 RETURNS TABLE (document_id bigint, title text, media_type text, data bytea, sha256 text,

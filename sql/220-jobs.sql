@@ -269,7 +269,8 @@ AS $$
     RETURNING j.kb_id, j.document_id
   ), d AS (  -- its document waits again
     UPDATE kb.document d SET status = 'pending'
-      FROM j WHERE d.kb_id = j.kb_id AND d.id = j.document_id AND d.status = 'indexing'
+      FROM j WHERE d.kb_id = release_job.kb_id AND d.id = j.document_id
+                AND d.status = 'indexing'
     RETURNING d.id
   )
   SELECT true FROM j

@@ -29,6 +29,7 @@ DECLARE
   v_use  jsonb;
   v_ids  jsonb;
   v_err  text;
+  v_conv jsonb;
   v_kb   integer;
   v_hw   integer;
   v_origin jsonb;
@@ -53,7 +54,20 @@ BEGIN
   -- no re-upload. What cannot be converted fails the document at once: trying again
   -- converts the same bytes the same way.
   IF v_doc.source_format IS NOT NULL AND (v_job.steps = 0 OR v_doc.content IS NULL) THEN
-    v_err := kb._convert_document(v_kb, v_doc.id);
+    v_conv := kb._convert_document(v_kb, v_doc.id);
+    -- A web source's page fetched again: unchanged, or failing (the version indexed
+    -- serves on), nothing to build; gone several times in a row, it goes.
+    IF v_conv->>'outcome' = 'gone' THEN
+      DELETE FROM kb.document d WHERE d.kb_id = v_kb AND d.id = v_doc.id;
+      RETURN 'cancelled';
+    ELSIF v_conv->>'outcome' IN ('unchanged', 'kept') THEN
+      PERFORM kb._cancel_job(v_kb, v_job.id, 'page ' || (v_conv->>'outcome'));
+      UPDATE kb.document d SET status = 'ready', updated_at = now()
+       WHERE d.kb_id = v_kb AND d.id = v_doc.id AND d.status IN ('pending', 'indexing')
+         AND d.chunk_count > 0;
+      RETURN 'cancelled';
+    END IF;
+    v_err := v_conv->>'error';
     IF v_err IS NOT NULL THEN
       RETURN kb._job_verdict(kb._fail_job(v_kb, v_job.id, left(v_err, 4000), true));
     END IF;

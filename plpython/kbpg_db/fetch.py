@@ -74,15 +74,24 @@ def _alarm(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _get(url: str, limits: Limits) -> tuple[bytes, str, str]:
-    """The body (at most the text limit), its content type and the URL it came from."""
+def _get(
+    url: str, limits: Limits, validators: dict[str, str] | None = None
+) -> tuple[bytes, str, str, dict[str, str]]:
+    """The body (at most the text limit), its content type, the URL it came from and its
+    validators (ETag, Last-Modified). With ``validators`` from an earlier fetch the request
+    is conditional: a page that has not changed raises ConvertError with status 304."""
     redirects = type(
         "Redirects",
         (urllib.request.HTTPRedirectHandler,),
         {"max_redirections": limits.max_redirects, "max_repeats": limits.max_redirects},
     )
     opener = urllib.request.build_opener(redirects())
-    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, "Accept": "*/*"})
+    headers = {"User-Agent": USER_AGENT, "Accept": "*/*"}
+    if validators and validators.get("etag"):
+        headers["If-None-Match"] = validators["etag"]
+    if validators and validators.get("last_modified"):
+        headers["If-Modified-Since"] = validators["last_modified"]
+    req = urllib.request.Request(url, headers=headers)
     # One deadline for the whole fetch (connect, redirects, headers, body): a server that
     # drips a byte every few seconds never trips a per-read timeout.
     deadline = time.monotonic() + limits.fetch_timeout_s
@@ -104,12 +113,24 @@ def _get(url: str, limits: Limits) -> tuple[bytes, str, str]:
             body = b"".join(parts)
             ctype = resp.headers.get("Content-Type", "") or ""
             final = resp.geturl()
+            found = {
+                k: v
+                for k, v in (
+                    ("etag", resp.headers.get("ETag")),
+                    ("last_modified", resp.headers.get("Last-Modified")),
+                )
+                if v
+            }
     except urllib.error.HTTPError as exc:
+        if exc.code == 304:
+            raise ConvertError(f"{url} has not changed", status=304) from None
         if 300 <= exc.code < 400:
             raise ConvertError(
                 f"{url} redirects more than {limits.max_redirects} times (or in a loop)"
             ) from None
-        raise ConvertError(f"{url} answered HTTP {exc.code} {exc.reason}") from None
+        raise ConvertError(
+            f"{url} answered HTTP {exc.code} {exc.reason}", status=exc.code
+        ) from None
     except urllib.error.URLError as exc:
         reason = exc.reason
         if isinstance(reason, TimeoutError) or "timed out" in str(reason):
@@ -126,7 +147,7 @@ def _get(url: str, limits: Limits) -> tuple[bytes, str, str]:
         )
     if not body:
         raise ConvertError(f"{url} answered with an empty body")
-    return body, ctype, final
+    return body, ctype, final, found
 
 
 def chromium() -> str | None:
@@ -207,12 +228,14 @@ def _name_of(url: str, ctype: str) -> str:
     return name
 
 
-def fetch_and_convert(url: str, limits: Limits, do_render: bool = True) -> Converted:
+def fetch_and_convert(
+    url: str, limits: Limits, do_render: bool = True, validators: dict[str, str] | None = None
+) -> Converted:
     url = check_url(url)
-    body, ctype, final = _get(url, limits)
+    body, ctype, final, found = _get(url, limits, validators)
     name = _name_of(final, ctype)
     fmt = format_of(name, body)
-    meta: dict[str, Any] = {"url": url}
+    meta: dict[str, Any] = {"url": url, **found}
     if final != url:
         meta["final_url"] = final
     if fmt == "html":

@@ -100,14 +100,21 @@ def file_format(file_name: str, head: bytes | None) -> str | None:
     return format_of(file_name, head)
 
 
-def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
+# A page of a web source gone (HTTP 404 or 410) this many fetches in a row is removed.
+GONE_AFTER = 3
+
+
+def convert_document(plpy: Any, kb_id: int, document_id: int) -> dict[str, Any]:
     """Make a file or URL document's text: convert its stored original (or fetch the URL
     first) in a limited child process, take out its media, and store the text. Returns
-    the error that stops the document, or None. A document whose original was not kept
-    keeps the text converted before."""
+    ``{"error": ...}`` with the error that stops the document, ``{}`` when the text is
+    stored, or, for a web source's page fetched again, ``{"outcome": ...}``:
+    ``unchanged`` (HTTP 304, or the same text), ``kept`` (a failure: the version indexed
+    serves on) or ``gone`` (404 or 410 GONE_AFTER times in a row: remove it). A document
+    whose original was not kept keeps the text converted before."""
     import sys
 
-    from kbpg_db import convert, media
+    from kbpg_db import convert
 
     doc = plpy.execute(
         plpy.prepare(
@@ -121,8 +128,11 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
         [kb_id, document_id],
     )
     if not doc:
-        return None
+        return {}
     d = doc[0]
+    stored = from_json(d["source_meta"]) or {}
+    if d["source_format"] == "url" and stored.get("refetch"):
+        return _refetch(plpy, kb_id, document_id, d, stored)
     limits = convert_limits(plpy)
     # OCR's languages: the newest generation's (a reindex converts with the new settings).
     ocr = plpy.execute(
@@ -146,9 +156,9 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
         data = None
         what = f"page {d['source_uri']}"
     elif d["has_text"]:
-        return None  # the original was dropped after its first conversion
+        return {}  # the original was dropped after its first conversion
     else:
-        return f'document "{d["title"]}": its original file is not stored; add it again'
+        return {"error": f'document "{d["title"]}": its original file is not stored; add it again'}
     # The server's own Python (PL/Python's), never a path a session could set: the child
     # runs as the server's OS user.
     python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
@@ -158,7 +168,15 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
         hint = f" ({exc.hint})" if exc.hint else ""
         if request.get("url") and str(exc).startswith(("http://", "https://")):
             what = "page"  # the fetch's own message names the URL it was fetching
-        return f'document "{d["title"]}": {what} {exc}{hint}'
+        return {"error": f'document "{d["title"]}": {what} {exc}{hint}'}
+    _store(plpy, kb_id, document_id, d, out)
+    return {}
+
+
+def _store(plpy: Any, kb_id: int, document_id: int, d: Any, out: Any) -> None:
+    """A converted document's text, media and (fetched) original, stored."""
+    from kbpg_db import media
+
     text, found = media.extract(out.content)
     meta = dict(out.meta)
     if found:
@@ -194,4 +212,62 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
             ),
             [kb_id, document_id],
         )
-    return None
+
+
+def _refetch(
+    plpy: Any, kb_id: int, document_id: int, d: Any, stored: dict[str, Any]
+) -> dict[str, Any]:
+    """A web source's page fetched again, conditionally (its ETag and Last-Modified): a
+    page that has not changed changes nothing, a failure keeps the version indexed, and
+    a page gone GONE_AFTER times in a row is removed."""
+    import hashlib
+    import sys
+
+    from kbpg_db import convert
+
+    request = {
+        "url": d["source_uri"],
+        "render": bool(stored.get("render", stored.get("rendered", True))),
+        "validators": {k: stored[k] for k in ("etag", "last_modified") if stored.get(k)},
+    }
+    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    meta = {k: v for k, v in stored.items() if k not in ("refetch", "fetch_error", "gone")}
+    try:
+        out = convert.run_isolated(request, None, convert_limits(plpy), python)
+    except convert.ConvertError as exc:
+        outcome = "unchanged"
+        if exc.status != 304:
+            gone = int(stored.get("gone", 0)) + 1 if exc.status in (404, 410) else 0
+            if gone >= GONE_AFTER:
+                return {"outcome": "gone", "error": str(exc)}
+            meta["fetch_error"] = str(exc)
+            if gone:
+                meta["gone"] = gone
+            outcome = "kept"
+        _set_meta(plpy, kb_id, document_id, meta)
+        return {"outcome": outcome}
+    old = plpy.execute(
+        plpy.prepare(
+            "SELECT md5(content) AS h FROM kb.document WHERE kb_id = $1 AND id = $2",
+            ["integer", "bigint"],
+        ),
+        [kb_id, document_id],
+    )
+    from kbpg_db import media
+
+    text, _ = media.extract(out.content)
+    if old and old[0]["h"] == hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest():
+        _set_meta(plpy, kb_id, document_id, {**meta, **out.meta})
+        return {"outcome": "unchanged"}
+    _store(plpy, kb_id, document_id, d, out)
+    return {}
+
+
+def _set_meta(plpy: Any, kb_id: int, document_id: int, meta: dict[str, Any]) -> None:
+    plpy.execute(
+        plpy.prepare(
+            "UPDATE kb.document SET source_meta = $3::jsonb WHERE kb_id = $1 AND id = $2",
+            ["integer", "bigint", "text"],
+        ),
+        [kb_id, document_id, json.dumps(meta)],
+    )

@@ -291,7 +291,9 @@ def file_format(file_name: str, head: bytes | None) -> str | None:
     return format_of(file_name, head)
 
 
-def convert_document(plpy: Any, kb_id: int, document_id: int) -> str | None:
+def convert_document(plpy: Any, kb_id: int, document_id: int) -> str:
+    import json
+
     from kbpg_db import files
 
-    return _call(plpy, files.convert_document, plpy, kb_id, document_id)
+    return json.dumps(_call(plpy, files.convert_document, plpy, kb_id, document_id))

@@ -95,6 +95,8 @@ WRITE_ENTRY_POINTS = (
     "add_table_source",
     "apply_source_changes",
     "_table_source_changed",
+    "add_url_source",
+    "refresh_url_sources",
 )
 # Functions whose job is to find which KBs have work: their plain SELECTs (no row locks)
 # may read every KB's rows; Citus runs such a read on every node. What they then change
@@ -104,6 +106,7 @@ SPANS_KBS = {
     "queue_status": "the queue of every KB, counted (what kbpg status shows)",
     "refresh_stale_communities": "which KBs' communities are stale; each refresh is one KB's",
     "apply_source_changes": "which table sources have changes waiting; each is applied as its KB's",
+    "refresh_url_sources": "which web sources are due; each page is queued as its KB's",
 }
 # Columns of the reference tables that hold a KB's id: equal to a per-KB table's kb_id,
 # they pass its value on, as kb_id columns do.

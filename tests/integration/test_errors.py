@@ -515,6 +515,12 @@ CASES = [
         "max_keys must be at least 1",
     ),
     Case(
+        "add_url_source",
+        "SELECT kb.add_url_source('docs', 's', ARRAY['https://x.test/'], '1 second')",
+        "22023",
+        'source "s": refresh_interval must be at least 1 minute (got 00:00:01)',
+    ),
+    Case(
         "move_document",
         "SELECT kb.move_document('docs', 999999, 'x.md')",
         "P0002",
@@ -606,6 +612,7 @@ CASES = [
 # Public functions that take no input that can be wrong, with the reason.
 NO_BAD_INPUT = {
     "list_knowledge_bases": "any flags and team name give a listing (maybe empty)",
+    "refresh_url_sources": "a flag only: any value queues what is due (maybe nothing)",
     "list_teams": "no arguments",
     "queue_status": "no arguments",
     "server_cpu_count": "no arguments",

@@ -279,9 +279,9 @@ def test_only_the_server_configuration_raises_limits_or_moves_python(
     assert "kb.convert_memory_mb = 100000 is above the server's 2048" in str(err.value)
     assert "postgresql.conf" in err.value.diag.message_hint
     conn.execute("SET kb.convert_memory_mb = '512'")  # lower: fine
-    assert conn.execute("SELECT kb._convert_document(%s, %s)", (kb_id, doc)).fetchone() == (None,)
+    assert conn.execute("SELECT kb._convert_document(%s, %s)", (kb_id, doc)).fetchone() == ({},)
     conn.execute("SET kb.max_document_bytes = '100000000'")  # the text's cap: any session
-    assert conn.execute("SELECT kb._convert_document(%s, %s)", (kb_id, doc)).fetchone() == (None,)
+    assert conn.execute("SELECT kb._convert_document(%s, %s)", (kb_id, doc)).fetchone() == ({},)
     conn.execute("RESET kb.max_document_bytes")
     run_worker(dsn)
     assert _status(conn, "lim")["a.csv"]["status"] == "ready"

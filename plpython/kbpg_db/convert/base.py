@@ -14,9 +14,10 @@ from kbpg_db.config import MAX_DOCUMENT_BYTES
 class ConvertError(Exception):
     """A file that cannot be converted: the message names the file and the problem."""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+        self.status = status  # a fetch's HTTP status (304, 404, 503...), where there was one
 
 
 class OcrUnavailable(ConvertError):

@@ -150,7 +150,7 @@ def run_isolated(
     if not isinstance(result, dict) or "ok" not in result:
         raise ConvertError("could not be converted: the converter's reply is not readable")
     if not result.get("ok"):
-        raise ConvertError(result["error"], result.get("hint"))
+        raise ConvertError(result["error"], result.get("hint"), result.get("status"))
     file = base64.b64decode(result["file"]) if result.get("file") else None
     return Converted(
         result["content"],
@@ -179,11 +179,18 @@ def main() -> None:
         if req.get("url"):
             from kbpg_db import fetch
 
-            out = fetch.fetch_and_convert(req["url"], limits, req.get("render", True))
+            out = fetch.fetch_and_convert(
+                req["url"], limits, req.get("render", True), req.get("validators")
+            )
         else:
             out = convert(data, req["file_name"], limits)
     except ConvertError as exc:
-        result: dict[str, Any] = {"ok": False, "error": str(exc), "hint": exc.hint}
+        result: dict[str, Any] = {
+            "ok": False,
+            "error": str(exc),
+            "hint": exc.hint,
+            "status": exc.status,
+        }
         if _near_limit(_peak_kb(), limits.memory_mb) or _OUT_OF_MEMORY.search(str(exc)):
             # A parser that could not allocate often reports a damaged file instead.
             result["error"] += f" (the converter ran into its {limits.memory_mb} MB memory limit)"
