@@ -42,6 +42,19 @@ def _document(doc: int, paragraphs: int, edited: int | None = None) -> str:
     )
 
 
+def _until_searchable(client: Any, marker: str, change: Any) -> float:
+    """Seconds from ``change(marker)`` (committed) until a search finds the marker."""
+    t0 = time.perf_counter()
+    change(marker)
+    while True:
+        hits = client.search(KB, marker, method="full_text", term_expansion=0, top_k=1)
+        if hits and marker in hits[0].content:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > 30:
+            raise RuntimeError(f"a change took over 30 s to become searchable ({marker})")
+        time.sleep(0.01)
+
+
 def _drain(dsn: str) -> float:
     from kbpg.worker import Worker
 
@@ -112,19 +125,16 @@ def bench_sync(dsn: str, quick: bool) -> dict[str, Any]:
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         time.sleep(3)  # the worker is listening and its model loaded
-        waits = []
-        for i in range(10 if quick else 30):
-            marker = f"marker{i}x"
-            t0 = time.perf_counter()
-            client.add_text(KB, "live.md", f"# Live\n\nThe live document now says {marker}.")
-            while True:
-                hits = client.search(KB, marker, method="full_text", term_expansion=0, top_k=1)
-                if hits and marker in hits[0].content:
-                    break
-                if time.perf_counter() - t0 > 30:
-                    raise RuntimeError("a change took over 30 s to become searchable")
-                time.sleep(0.01)
-            waits.append(time.perf_counter() - t0)
+        waits = [
+            _until_searchable(
+                client,
+                f"marker{i}x",
+                lambda m: client.add_text(
+                    KB, "live.md", f"# Live\n\nThe live document now says {m}."
+                ),
+            )
+            for i in range(10 if quick else 30)
+        ]
         worker.stop()
         thread.join(30)
         out["put_to_searchable"] = lat(waits)
@@ -201,19 +211,16 @@ def _table_source(client: Any, dsn: str, quick: bool) -> dict[str, Any]:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     time.sleep(3)
-    waits = []
-    for i in range(10 if quick else 30):
-        marker = f"rowmarker{i}x"
-        t0 = time.perf_counter()
-        conn.execute("UPDATE public.bench_followed SET body = %s WHERE id = 1", (f"now {marker}",))
-        while True:
-            hits = client.search(KB, marker, method="full_text", term_expansion=0, top_k=1)
-            if hits and marker in hits[0].content:
-                break
-            if time.perf_counter() - t0 > 30:
-                raise RuntimeError("a row change took over 30 s to become searchable")
-            time.sleep(0.01)
-        waits.append(time.perf_counter() - t0)
+    waits = [
+        _until_searchable(
+            client,
+            f"rowmarker{i}x",
+            lambda m: conn.execute(
+                "UPDATE public.bench_followed SET body = %s WHERE id = 1", (f"now {m}",)
+            ),
+        )
+        for i in range(10 if quick else 30)
+    ]
     worker.stop()
     thread.join(30)
     for t in ("bench_plain", "bench_followed"):

@@ -256,12 +256,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
 def cmd_sync(args: argparse.Namespace) -> int:
     from kbpg.sync import sync
 
-    metadata: dict[str, Any] = {}
-    for item in args.metadata or []:
-        if "=" not in item:
-            raise KbpgError(f"--metadata {item!r}: expected KEY=VALUE")
-        key, value = item.split("=", 1)
-        metadata[key] = value
+    metadata = _metadata_args(args.metadata)
     if args.name and len(args.paths) > 1:
         raise KbpgError("--name names one source: give one PATH with it")
     failed = 0
@@ -379,15 +374,21 @@ def progress_bar(total: int, unit: str, desc: str | None = None) -> Any:
     return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr)
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from kbpg.loaders import discover, load_file
-
+def _metadata_args(items: list[str] | None) -> dict[str, Any]:
+    """--metadata KEY=VALUE options as a dict."""
     metadata: dict[str, Any] = {}
-    for item in args.metadata or []:
+    for item in items or []:
         if "=" not in item:
             raise KbpgError(f"--metadata {item!r}: expected KEY=VALUE")
         key, value = item.split("=", 1)
         metadata[key] = value
+    return metadata
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from kbpg.loaders import discover, load_file
+
+    metadata = _metadata_args(args.metadata)
     if args.category:
         metadata["category"] = args.category
     urls = [p for p in args.paths if p.lower().startswith(("http://", "https://"))]
