@@ -83,7 +83,7 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF (SELECT relkind FROM pg_class WHERE oid = source) NOT IN ('r', 'p') THEN
-    RAISE EXCEPTION '% is not a table', source USING ERRCODE = 'wrong_object_type';
+    RAISE EXCEPTION '% is not a table', source USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF NOT has_table_privilege(current_user, source, 'SELECT') THEN
     RAISE EXCEPTION 'reading % as a source needs SELECT on it, which % does not have',
@@ -103,7 +103,7 @@ BEGIN
    WHERE a.attrelid = source AND a.attname = key_column AND a.attnum > 0 AND NOT a.attisdropped;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'source "%": % has no column "%"', v_name, source, key_column
-      USING ERRCODE = 'undefined_column';
+      USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF v_key.atttypid NOT IN ('integer'::regtype, 'bigint'::regtype, 'smallint'::regtype,
                             'text'::regtype, 'character varying'::regtype, 'uuid'::regtype) THEN
