@@ -6,7 +6,6 @@ ALTER TABLE kb.source ADD CONSTRAINT source_kind_check
   CHECK (kind IN ('folder', 'repository', 'table'));
 ALTER TABLE kb.source ADD COLUMN relation oid;
 ALTER TABLE kb.source ADD COLUMN owner_role text;
-ALTER TABLE kb.source ADD COLUMN skipped text[];  -- a table's columns the source does not read
 
 CREATE TABLE kb.source_change (
     kb_id      integer NOT NULL,

@@ -76,7 +76,6 @@ DECLARE
   v_read   text[];
   v_src    kb.source;
   v_probe  text;
-  v_skipped text[];
 BEGIN
   IF source IS NULL OR key_column IS NULL THEN
     RAISE EXCEPTION 'a table source needs its table and key_column'
@@ -156,16 +155,11 @@ BEGIN
    WHERE r.ev_class = format('pg_temp.%I', v_probe)::regclass AND d.refobjid = source
      AND d.refobjsubid > 0;
   EXECUTE format('DROP VIEW pg_temp.%I', v_probe);
-  -- The triggers' queries, of the key and the columns read only (quoted names, no
-  -- expression): an UPDATE that changes none of the columns read queues nothing. The
-  -- columns it does not read, for the triggers' small statements (kb.source.skipped).
-  v_skipped := coalesce((SELECT array_agg(a.attname::text) FROM pg_attribute a
-                          WHERE a.attrelid = source AND a.attnum > 0 AND NOT a.attisdropped
-                            AND a.attname::text <> ALL (v_read)), '{}');
+  -- The columns read, and the triggers' query for a large UPDATE, of the key and those
+  -- columns only (quoted names, no expression): an UPDATE that changes none of the
+  -- columns read queues nothing.
   v_cfg := v_cfg || jsonb_build_object(
     'columns_read', to_jsonb(v_read),
-    'new_keys', format('SELECT array_agg((%I)::text) FROM kb_new', key_column),
-    'old_keys', format('SELECT array_agg((%I)::text) FROM kb_old', key_column),
     'changed_keys', format(
       'SELECT array_agg(coalesce(o.k, n.k)) FROM (SELECT (%1$I)::text AS k, ROW(%2$s) AS v '
       'FROM kb_old) o FULL JOIN (SELECT (%1$I)::text AS k, ROW(%2$s) AS v FROM kb_new) n '
@@ -181,16 +175,16 @@ BEGIN
   ELSIF FOUND THEN
     -- Attached again: new settings, and every row and document checked against them.
     UPDATE kb.source s
-       SET config = v_cfg, skipped = v_skipped, locator = kb._relation_name(source),
-           state = 'active', last_error = NULL
+       SET config = v_cfg, locator = kb._relation_name(source), state = 'active',
+           last_error = NULL
      WHERE s.kb_id = v_kb.id AND s.id = v_src.id;
   ELSE
     IF EXISTS (SELECT 1 FROM kb.source s WHERE s.kb_id = v_kb.id AND s.relation = source) THEN
       RAISE EXCEPTION 'knowledge base "%" already follows %', v_kb.name, source
         USING ERRCODE = 'duplicate_object';
     END IF;
-    INSERT INTO kb.source AS s (kb_id, name, kind, locator, relation, config, skipped)
-    VALUES (v_kb.id, v_name, 'table', kb._relation_name(source), source, v_cfg, v_skipped)
+    INSERT INTO kb.source AS s (kb_id, name, kind, locator, relation, config)
+    VALUES (v_kb.id, v_name, 'table', kb._relation_name(source), source, v_cfg)
     RETURNING s.id INTO v_src.id;
   END IF;
   PERFORM kb._attach_table_source(v_kb.id, v_src.id);
@@ -218,6 +212,7 @@ AS $$
 DECLARE
   v_src kb.source;
   v_tg  text;
+  v_skipped text[];
   v_ops text[][] := ARRAY[['ins', 'INSERT', 'REFERENCING NEW TABLE AS kb_new'],
                           ['upd', 'UPDATE', 'REFERENCING OLD TABLE AS kb_old NEW TABLE AS kb_new'],
                           ['del', 'DELETE', 'REFERENCING OLD TABLE AS kb_old'],
@@ -235,14 +230,17 @@ BEGIN
   END IF;
   -- The triggers carry what they need (the source, its key column, the columns it does
   -- not read), so they are made anew with the source's settings.
+  v_skipped := coalesce((SELECT array_agg(a.attname::text) FROM pg_attribute a
+                          WHERE a.attrelid = v_src.relation AND a.attnum > 0
+                            AND NOT a.attisdropped
+                            AND NOT v_src.config->'columns_read' ? a.attname::text), '{}');
   FOR i IN 1 .. 4 LOOP
     v_tg := format('kbpg_source_%s_%s_%s', p_kb_id, p_source_id, v_ops[i][1]);
     EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', v_tg, v_src.relation::regclass);
     EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT '
                    'EXECUTE FUNCTION kb._table_source_changed(%L, %L, %L, %L)',
                    v_tg, v_ops[i][2], v_src.relation::regclass, v_ops[i][3],
-                   p_kb_id, p_source_id, v_src.config->>'key_column',
-                   coalesce(v_src.skipped, '{}')::text);
+                   p_kb_id, p_source_id, v_src.config->>'key_column', v_skipped::text);
   END LOOP;
   -- Every row now, and every document the source has (a row gone meanwhile removes it),
   -- in batches of 1,000 keys the worker applies one at a time.
@@ -362,7 +360,7 @@ DECLARE
   r       record;
   v_doc   kb.document;
   v_docid bigint;
-  v_title text;
+  v_key   text;
   v_text  text;
   v_limit bigint := kb._max_document_bytes();
   v_n     integer;
@@ -433,12 +431,12 @@ BEGIN
     END IF;
     v_n := 0;
     v_fail := NULL;
-    FOREACH v_title IN ARRAY v_keys LOOP  -- v_title: the key, for now
+    FOREACH v_key IN ARRAY v_keys LOOP
       r := NULL;
-      SELECT x.* INTO r FROM jsonb_to_record(v_rows->v_title)
+      SELECT x.* INTO r FROM jsonb_to_record(v_rows->v_key)
           AS x(k text, ti text, t text, m jsonb, f boolean);
       SELECT * INTO v_doc FROM kb.document d
-       WHERE d.kb_id = v_src.kb_id AND d.source_id = v_src.id AND d.source_key = v_title;
+       WHERE d.kb_id = v_src.kb_id AND d.source_id = v_src.id AND d.source_key = v_key;
       IF r.k IS NULL OR NOT r.f OR kb._blank(r.t) THEN
         -- Gone, out of the filter, or no text: its document goes.
         IF v_doc.id IS NOT NULL THEN

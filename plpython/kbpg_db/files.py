@@ -104,6 +104,14 @@ def file_format(file_name: str, head: bytes | None) -> str | None:
 GONE_AFTER = 3
 
 
+def _server_python() -> str:
+    """The server's own Python (PL/Python's), never a path a session could set: the
+    converter's child runs as the server's OS user."""
+    import sys
+
+    return f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
 def convert_document(plpy: Any, kb_id: int, document_id: int) -> dict[str, Any]:
     """Make a file or URL document's text: convert its stored original (or fetch the URL
     first) in a limited child process, take out its media, and store the text. Returns
@@ -112,7 +120,6 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> dict[str, Any]:
     ``unchanged`` (HTTP 304, or the same text), ``kept`` (a failure: the version indexed
     serves on) or ``gone`` (404 or 410 GONE_AFTER times in a row: remove it). A document
     whose original was not kept keeps the text converted before."""
-    import sys
 
     from kbpg_db import convert
 
@@ -159,11 +166,8 @@ def convert_document(plpy: Any, kb_id: int, document_id: int) -> dict[str, Any]:
         return {}  # the original was dropped after its first conversion
     else:
         return {"error": f'document "{d["title"]}": its original file is not stored; add it again'}
-    # The server's own Python (PL/Python's), never a path a session could set: the child
-    # runs as the server's OS user.
-    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
     try:
-        out = convert.run_isolated(request, data, limits, python)
+        out = convert.run_isolated(request, data, limits, _server_python())
     except convert.ConvertError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
         if request.get("url") and str(exc).startswith(("http://", "https://")):
@@ -221,7 +225,6 @@ def _refetch(
     page that has not changed changes nothing, a failure keeps the version indexed, and
     a page gone GONE_AFTER times in a row is removed."""
     import hashlib
-    import sys
 
     from kbpg_db import convert
 
@@ -230,10 +233,9 @@ def _refetch(
         "render": bool(stored.get("render", stored.get("rendered", True))),
         "validators": {k: stored[k] for k in ("etag", "last_modified") if stored.get(k)},
     }
-    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
     meta = {k: v for k, v in stored.items() if k not in ("refetch", "fetch_error", "gone")}
     try:
-        out = convert.run_isolated(request, None, convert_limits(plpy), python)
+        out = convert.run_isolated(request, None, convert_limits(plpy), _server_python())
     except convert.ConvertError as exc:
         outcome = "unchanged"
         if exc.status != 304:
