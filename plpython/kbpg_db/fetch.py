@@ -156,13 +156,19 @@ def chromium() -> str | None:
     return found or shutil.which("chromium-browser")
 
 
-def _unlimited() -> None:
+@contextlib.contextmanager
+def _address_space_lifted() -> Iterator[None]:
+    """The converter's address-space limit would stop Chromium at start (it reserves far
+    more than it uses); the render has its own timeout instead. The limit is lifted in this
+    process around the run, not in a ``preexec_fn``, which can hang between fork and exec."""
     import resource
 
-    # The converter's address-space limit would stop Chromium at start (it reserves far
-    # more than it uses); the render has its own timeout instead.
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def render(url: str, limits: Limits) -> str:
@@ -184,13 +190,13 @@ def render(url: str, limits: Limits) -> str:
             url,
         ]
         try:
-            proc = subprocess.run(
-                cmd,
-                capture_output=True,
-                timeout=limits.fetch_timeout_s,
-                preexec_fn=_unlimited,
-                env={**os.environ, "HOME": profile},
-            )
+            with _address_space_lifted():
+                proc = subprocess.run(
+                    cmd,
+                    capture_output=True,
+                    timeout=limits.fetch_timeout_s,
+                    env={**os.environ, "HOME": profile},
+                )
         except subprocess.TimeoutExpired:
             raise ConvertError(
                 f"{url} did not finish rendering within {limits.fetch_timeout_s:g} s"

@@ -16,23 +16,21 @@ from kbpg_db.convert.base import Converted, ConvertError, Limits
 # ---------------------------------------------------------------------------- isolation
 
 
-def _limit_child(memory_mb: int, cpu_s: float) -> None:
-    import resource
-
-    mem = memory_mb * 1024 * 1024
-    # The soft limit only: the child may lift it for Chromium, which has its own timeout.
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (mem, hard))
-    cpu = int(cpu_s) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-    os.setsid()  # the child's own process group: a timeout kills all it started
-
-
-# The child's first lines: whatever it dies of, it writes its peak address space to
-# stderr first, so that an allocation refused near the limit reads as memory even where a
-# C extension reports it as something else (SystemError, ImportError, a bare failure).
+# The child's first lines. It sets its own limits: a ``preexec_fn`` runs Python between
+# fork and exec, where a lock another thread of the parent held at the fork (the import
+# lock, malloc's, onnxruntime's in a backend) is never released and the child hangs.
+# Whatever it dies of, it writes its peak address space to stderr first, so that an
+# allocation refused near the limit reads as memory even where a C extension reports it
+# as something else (SystemError, ImportError, a bare failure).
 _CHILD = """\
-import sys
+import resource, sys
+_soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+_mem = {memory}
+if _hard != resource.RLIM_INFINITY:
+    _mem = min(_mem, _hard)
+# The soft limit only: the child may lift it for Chromium, which has its own timeout.
+resource.setrlimit(resource.RLIMIT_AS, (_mem, _hard))
+resource.setrlimit(resource.RLIMIT_CPU, ({cpu}, {cpu} + 5))
 sys.path[:0] = {path!r}
 def _hook(*exc):
     try:
@@ -71,6 +69,12 @@ def _near_limit(peak_kb: int | None, memory_mb: int) -> bool:
     return peak_kb is not None and peak_kb >= memory_mb * 1024 * 0.85
 
 
+def _child_code(limits: Limits, path: list[str]) -> str:
+    return _CHILD.format(
+        memory=limits.memory_mb * 1024 * 1024, cpu=int(limits.timeout_s) + 1, path=path
+    )
+
+
 def run_isolated(
     request: dict[str, Any],
     data: bytes | None,
@@ -100,13 +104,13 @@ def run_isolated(
             "OPENBLAS_NUM_THREADS": "1",
         }
         proc = subprocess.Popen(
-            [python, "-I", "-c", _CHILD.format(path=path)],
+            [python, "-I", "-c", _child_code(limits, path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
             cwd=home,
-            preexec_fn=lambda: _limit_child(limits.memory_mb, limits.timeout_s),
+            start_new_session=True,  # its own process group: a timeout kills all it started
         )
         try:
             out, err = proc.communicate(header + (data or b""), timeout=limits.timeout_s)
