@@ -319,6 +319,8 @@ SELECT format('kb.%I(%s)', p.proname, pg_get_function_identity_arguments(p.oid))
        format_type(p.prorettype, NULL), p.proretset
 FROM pg_proc p
 WHERE p.pronamespace = 'kb'::regnamespace AND p.prokind IN ('f', 'p')
+  -- a table source's trigger function, generated for it (kb._table_source_triggers)
+  AND p.proname !~ '^_source_[0-9]+_[0-9]+_changed$'
   AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
                   AND d.objid = p.oid AND d.deptype = 'e')
 ORDER BY 1

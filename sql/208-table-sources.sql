@@ -155,16 +155,8 @@ BEGIN
    WHERE r.ev_class = format('pg_temp.%I', v_probe)::regclass AND d.refobjid = source
      AND d.refobjsubid > 0;
   EXECUTE format('DROP VIEW pg_temp.%I', v_probe);
-  -- The columns read, and the triggers' query for a large UPDATE, of the key and those
-  -- columns only (quoted names, no expression): an UPDATE that changes none of the
-  -- columns read queues nothing.
-  v_cfg := v_cfg || jsonb_build_object(
-    'columns_read', to_jsonb(v_read),
-    'changed_keys', format(
-      'SELECT array_agg(coalesce(o.k, n.k)) FROM (SELECT (%1$I)::text AS k, ROW(%2$s) AS v '
-      'FROM kb_old) o FULL JOIN (SELECT (%1$I)::text AS k, ROW(%2$s) AS v FROM kb_new) n '
-      'ON n.k = o.k WHERE o.v IS DISTINCT FROM n.v',
-      key_column, (SELECT string_agg(format('%I', r.col), ', ') FROM unnest(v_read) r(col))));
+  -- The columns read: an UPDATE that changes none of them queues nothing.
+  v_cfg := v_cfg || jsonb_build_object('columns_read', to_jsonb(v_read));
 
   SELECT * INTO v_src FROM kb.source s WHERE s.kb_id = v_kb.id AND s.name = v_name FOR UPDATE;
   IF FOUND AND (v_src.kind <> 'table' OR v_src.relation <> source) THEN
@@ -211,13 +203,6 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 DECLARE
   v_src kb.source;
-  v_tg  text;
-  v_skipped text[];
-  v_ops text[][] := ARRAY[['ins', 'INSERT', 'REFERENCING NEW TABLE AS kb_new'],
-                          ['upd', 'UPDATE', 'REFERENCING OLD TABLE AS kb_old NEW TABLE AS kb_new'],
-                          ['del', 'DELETE', 'REFERENCING OLD TABLE AS kb_old'],
-                          ['trn', 'TRUNCATE', '']];
-  i     integer;
 BEGIN
   SELECT * INTO v_src FROM kb.source s
    WHERE s.kb_id = p_kb_id AND s.id = p_source_id AND s.kind = 'table' AND s.state = 'active';
@@ -228,20 +213,7 @@ BEGIN
     RAISE EXCEPTION 'source % of knowledge base % cannot be attached', p_source_id, p_kb_id
       USING ERRCODE = 'insufficient_privilege';
   END IF;
-  -- The triggers carry what they need (the source, its key column, the columns it does
-  -- not read), so they are made anew with the source's settings.
-  v_skipped := coalesce((SELECT array_agg(a.attname::text) FROM pg_attribute a
-                          WHERE a.attrelid = v_src.relation AND a.attnum > 0
-                            AND NOT a.attisdropped
-                            AND NOT v_src.config->'columns_read' ? a.attname::text), '{}');
-  FOR i IN 1 .. 4 LOOP
-    v_tg := format('kbpg_source_%s_%s_%s', p_kb_id, p_source_id, v_ops[i][1]);
-    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', v_tg, v_src.relation::regclass);
-    EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT '
-                   'EXECUTE FUNCTION kb._table_source_changed(%L, %L, %L, %L)',
-                   v_tg, v_ops[i][2], v_src.relation::regclass, v_ops[i][3],
-                   p_kb_id, p_source_id, v_src.config->>'key_column', v_skipped::text);
-  END LOOP;
+  PERFORM kb._table_source_triggers(v_src);
   -- Every row now, and every document the source has (a row gone meanwhile removes it),
   -- in batches of 1,000 keys the worker applies one at a time.
   DELETE FROM kb.source_change c WHERE c.kb_id = p_kb_id AND c.source_id = p_source_id;
@@ -269,80 +241,147 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = kb, pg_catalog, pg_temp
 AS $$
-DECLARE
-  v_tg name;
 BEGIN
   IF EXISTS (SELECT 1 FROM kb.source s WHERE s.kb_id = p_kb_id AND s.id = p_source_id) THEN
     RETURN;
   END IF;
   DELETE FROM kb.source_change c WHERE c.kb_id = p_kb_id AND c.source_id = p_source_id;
+  PERFORM kb._table_source_untrigger(p_kb_id, p_source_id, p_relation);
+END
+$$;
+COMMENT ON FUNCTION kb._detach_table_source(integer, bigint, oid) IS
+  'Internal: drops the triggers and trigger function of a table source that was dropped.';
+
+-- A table source's trigger function is generated for it, with the source's key column and
+-- the columns it reads written in: its queries are planned once per connection, with the
+-- columns' own types and equality, and nothing is looked up on the application's write
+-- path. kbpg install generates them again, so they follow the release.
+CREATE OR REPLACE FUNCTION kb._table_source_triggers(p_src kb.source)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_fn   text := format('_source_%s_%s_changed', p_src.kb_id, p_src.id);
+  v_key  text := format('%I', p_src.config->>'key_column');
+  v_cmp  text;
+  v_col  record;
+  v_ops  text[][] := ARRAY[['ins', 'INSERT', 'REFERENCING NEW TABLE AS kb_new'],
+                           ['upd', 'UPDATE', 'REFERENCING OLD TABLE AS kb_old NEW TABLE AS kb_new'],
+                           ['del', 'DELETE', 'REFERENCING OLD TABLE AS kb_old'],
+                           ['trn', 'TRUNCATE', '']];
+  v_tg   text;
+  i      integer;
+BEGIN
+  -- The columns read besides the key, old against new: by the type's own equality, or
+  -- as text for a type that has none (json, xml, point).
+  FOR v_col IN SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type
+                 FROM pg_attribute a
+                WHERE a.attrelid = p_src.relation AND a.attnum > 0 AND NOT a.attisdropped
+                  AND p_src.config->'columns_read' ? a.attname::text
+                  AND a.attname <> p_src.config->>'key_column'
+                ORDER BY a.attnum LOOP
+    BEGIN
+      EXECUTE format('SELECT NULL::%1$s IS DISTINCT FROM NULL::%1$s', v_col.type);
+      v_cmp := concat_ws(' OR ', v_cmp, format('o.%1$I IS DISTINCT FROM n.%1$I', v_col.attname));
+    EXCEPTION WHEN undefined_function THEN
+      v_cmp := concat_ws(' OR ', v_cmp,
+                         format('(o.%1$I)::text IS DISTINCT FROM (n.%1$I)::text', v_col.attname));
+    END;
+  END LOOP;
+  -- INSERT and DELETE queue the keys; TRUNCATE queues "every document"; an UPDATE of a
+  -- few rows queues those where a column read changed, a larger one every key it touched
+  -- (the worker compares each row's text with its document's: nothing the same is
+  -- indexed again) and so costs the application's write no comparison. A row whose key
+  -- changed queues its old key too (a row trigger, on the key column only).
+  EXECUTE format($f$
+CREATE OR REPLACE FUNCTION kb.%1$I() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = kb, pg_catalog, pg_temp
+AS $body$
+DECLARE
+  n bigint;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO kb.source_change (kb_id, source_id, keys)
+    SELECT %2$s, %3$s, q.k FROM (SELECT array_agg((n.%4$s)::text) AS k FROM kb_new n) q
+     WHERE q.k IS NOT NULL;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO kb.source_change (kb_id, source_id, keys)
+    SELECT %2$s, %3$s, q.k FROM (SELECT array_agg((o.%4$s)::text) AS k FROM kb_old o) q
+     WHERE q.k IS NOT NULL;
+  ELSIF TG_LEVEL = 'ROW' THEN
+    INSERT INTO kb.source_change (kb_id, source_id, keys)
+    VALUES (%2$s, %3$s, ARRAY[(OLD.%4$s)::text]);
+  ELSIF TG_OP = 'UPDATE' THEN
+    SELECT count(*) INTO n FROM (SELECT FROM kb_new LIMIT 65) q;  -- (INTO: planned once)
+    IF n <= 64 THEN
+      INSERT INTO kb.source_change (kb_id, source_id, keys)
+      SELECT %2$s, %3$s, q.k
+        FROM (SELECT array_agg((n.%4$s)::text) AS k
+                FROM kb_new n LEFT JOIN kb_old o ON o.%4$s = n.%4$s
+               WHERE o.%4$s IS NULL OR %5$s) q
+       WHERE q.k IS NOT NULL;
+    ELSE
+      INSERT INTO kb.source_change (kb_id, source_id, keys)
+      SELECT %2$s, %3$s, q.k FROM (SELECT array_agg((n.%4$s)::text) AS k FROM kb_new n) q
+       WHERE q.k IS NOT NULL;
+    END IF;
+  ELSE
+    INSERT INTO kb.source_change (kb_id, source_id, keys) VALUES (%2$s, %3$s, NULL);
+  END IF;
+  IF FOUND THEN
+    PERFORM pg_notify('kbpg_jobs', %6$L);
+  END IF;
+  RETURN NULL;
+END
+$body$
+$f$, v_fn, p_src.kb_id, p_src.id, v_key, coalesce(v_cmp, 'false'),
+             json_build_object('source', p_src.id)::text);
+  EXECUTE format('REVOKE EXECUTE ON FUNCTION kb.%I() FROM PUBLIC', v_fn);
+  EXECUTE format('COMMENT ON FUNCTION kb.%I() IS %L', v_fn,
+                 format('Internal: the triggers of table source "%s" (id %s) of knowledge '
+                        'base %s on %s; generated by kb.add_table_source.', p_src.name,
+                        p_src.id, p_src.kb_id, p_src.locator));
+  v_tg := format('kbpg_source_%s_%s_key', p_src.kb_id, p_src.id);
+  EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', v_tg, p_src.relation::regclass);
+  EXECUTE format('CREATE TRIGGER %1$I AFTER UPDATE OF %2$s ON %3$s FOR EACH ROW '
+                 'WHEN (OLD.%2$s IS DISTINCT FROM NEW.%2$s) EXECUTE FUNCTION kb.%4$I()',
+                 v_tg, v_key, p_src.relation::regclass, v_fn);
+  FOR i IN 1 .. 4 LOOP
+    v_tg := format('kbpg_source_%s_%s_%s', p_src.kb_id, p_src.id, v_ops[i][1]);
+    EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', v_tg, p_src.relation::regclass);
+    EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT '
+                   'EXECUTE FUNCTION kb.%I()',
+                   v_tg, v_ops[i][2], p_src.relation::regclass, v_ops[i][3], v_fn);
+  END LOOP;
+END
+$$;
+COMMENT ON FUNCTION kb._table_source_triggers(kb.source) IS
+  'Internal: generates a table source''s trigger function, with its key and the columns '
+  'it reads written in, and creates its triggers on the table.';
+
+-- Drops a table source's triggers and trigger function.
+CREATE OR REPLACE FUNCTION kb._table_source_untrigger(p_kb_id integer, p_source_id bigint,
+                                                      p_relation oid)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+DECLARE
+  v_tg name;
+BEGIN
   FOR v_tg IN SELECT t.tgname FROM pg_trigger t
                WHERE t.tgrelid = p_relation
                  AND t.tgname LIKE format('kbpg\_source\_%s\_%s\_%%', p_kb_id, p_source_id) LOOP
     EXECUTE format('DROP TRIGGER %I ON %s', v_tg, p_relation::regclass);
   END LOOP;
+  EXECUTE format('DROP FUNCTION IF EXISTS kb.%I()',
+                 format('_source_%s_%s_changed', p_kb_id, p_source_id));
 END
 $$;
-COMMENT ON FUNCTION kb._detach_table_source(integer, bigint, oid) IS
-  'Internal: drops the triggers of a table source that was dropped.';
-
--- The statement trigger on a source table: the keys the statement touched, in one row.
-CREATE OR REPLACE FUNCTION kb._table_source_changed() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = kb, pg_catalog, pg_temp
-AS $$
-DECLARE
-  -- What it needs comes with the trigger (kb._attach_table_source writes it; a broken
-  -- source has no triggers): no lookup on the application's write path.
-  v_kb   integer := TG_ARGV[0]::integer;
-  v_id   bigint := TG_ARGV[1]::bigint;
-  v_key  text := TG_ARGV[2];
-  v_skip text[] := TG_ARGV[3]::text[];
-  v_keys text[];
-  v_n    bigint;
-  v_sql  text;
-BEGIN
-  -- A statement of a few rows (the common case): static queries, planned once per table;
-  -- a large one: the source's own query, planned for it, without a JSON copy of each row.
-  IF TG_OP = 'INSERT' THEN
-    SELECT count(*) INTO v_n FROM kb_new;
-    IF v_n <= 64 THEN
-      SELECT array_agg(to_jsonb(n)->>v_key) INTO v_keys FROM kb_new n;
-    ELSE
-      EXECUTE format('SELECT array_agg((%I)::text) FROM kb_new', v_key) INTO v_keys;
-    END IF;
-  ELSIF TG_OP = 'DELETE' THEN
-    SELECT count(*) INTO v_n FROM kb_old;
-    IF v_n <= 64 THEN
-      SELECT array_agg(to_jsonb(o)->>v_key) INTO v_keys FROM kb_old o;
-    ELSE
-      EXECUTE format('SELECT array_agg((%I)::text) FROM kb_old', v_key) INTO v_keys;
-    END IF;
-  ELSIF TG_OP = 'UPDATE' THEN
-    SELECT count(*) INTO v_n FROM kb_new;
-    IF v_n <= 64 THEN
-      SELECT array_agg(coalesce(o.k, n.k)) INTO v_keys
-        FROM (SELECT j->>v_key AS k, j - v_skip AS v
-                FROM (SELECT to_jsonb(x) AS j FROM kb_old x) q) o
-        FULL JOIN (SELECT j->>v_key AS k, j - v_skip AS v
-                     FROM (SELECT to_jsonb(x) AS j FROM kb_new x) q) n ON n.k = o.k
-       WHERE o.v IS DISTINCT FROM n.v;
-    ELSE
-      SELECT s.config->>'changed_keys' INTO v_sql FROM kb.source s
-       WHERE s.kb_id = v_kb AND s.id = v_id;
-      EXECUTE v_sql INTO v_keys;
-    END IF;
-  END IF;
-  IF TG_OP = 'TRUNCATE' OR v_keys IS NOT NULL THEN
-    INSERT INTO kb.source_change (kb_id, source_id, keys) VALUES (v_kb, v_id, v_keys);
-    PERFORM pg_notify('kbpg_jobs', json_build_object('source', v_id)::text);
-  END IF;
-  RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION kb._table_source_changed() IS
-  'Internal: the statement trigger of a table source; queues the keys of the rows the '
-  'statement inserted, deleted or changed in a column the source reads.';
+COMMENT ON FUNCTION kb._table_source_untrigger(integer, bigint, oid) IS
+  'Internal: drops a table source''s triggers and its generated trigger function.';
 
 CREATE OR REPLACE FUNCTION kb.apply_source_changes(max_keys integer DEFAULT 1000)
 RETURNS TABLE (kb text, source text, applied integer, waiting bigint, error text)
@@ -506,7 +545,6 @@ DECLARE
   v_src kb.source;
   v_err text;
   v_gone text[];
-  v_tg  name;
 BEGIN
   FOR v_src IN SELECT * FROM kb.source s WHERE s.kind = 'table' AND s.state = 'active' LOOP
     v_err := NULL;
@@ -530,12 +568,7 @@ BEGIN
              'followed until kb.add_table_source attaches it again'
        WHERE s.kb_id = v_src.kb_id AND s.id = v_src.id;
       DELETE FROM kb.source_change c WHERE c.kb_id = v_src.kb_id AND c.source_id = v_src.id;
-      FOR v_tg IN SELECT t.tgname FROM pg_trigger t  -- its triggers go
-                   WHERE t.tgrelid = v_src.relation
-                     AND t.tgname LIKE format('kbpg\_source\_%s\_%s\_%%', v_src.kb_id, v_src.id)
-      LOOP
-        EXECUTE format('DROP TRIGGER %I ON %s', v_tg, v_src.relation::regclass);
-      END LOOP;
+      PERFORM kb._table_source_untrigger(v_src.kb_id, v_src.id, v_src.relation);  -- its triggers go
       RAISE WARNING 'kbpg source "%" of knowledge base % is broken: %', v_src.name,
                     v_src.kb_id, v_err
         USING HINT = 'its documents stay as they are; kb.add_table_source with the same name '
@@ -554,5 +587,18 @@ BEGIN
       WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
       EXECUTE FUNCTION kb._table_source_ddl();
   END IF;
+END
+$$;
+
+-- Each active table source's trigger function, generated again by this release.
+DO $$
+DECLARE
+  v_src kb.source;
+BEGIN
+  FOR v_src IN SELECT * FROM kb.source s
+                WHERE s.kind = 'table' AND s.state = 'active'
+                  AND EXISTS (SELECT FROM pg_class c WHERE c.oid = s.relation) LOOP
+    PERFORM kb._table_source_triggers(v_src);
+  END LOOP;
 END
 $$;

@@ -41,7 +41,8 @@ FROM PUBLIC;
 -- statistics, chunk metadata, stale communities) in step, whoever made the change.
 REVOKE EXECUTE ON FUNCTION kb._kb_index_hnsw(), kb._document_metadata_sync(),
   kb._chunk_after_insert(), kb._chunk_after_delete(), kb._kb_index_after_delete(),
-  kb._graph_node_gone(), kb._table_source_changed(), kb._table_source_ddl() FROM PUBLIC;
+  kb._graph_node_gone(), kb._table_source_ddl() FROM PUBLIC;
+-- (A table source's generated trigger function is revoked when it is made.)
 
 -- A table source's triggers are created and dropped for it (kb.add_table_source,
 -- kb.drop_source), as kbpg's owner: the role that attaches a source needs the TRIGGER

@@ -94,7 +94,7 @@ WRITE_ENTRY_POINTS = (
     "retry_failed",
     "add_table_source",
     "apply_source_changes",
-    "_table_source_changed",
+    "_table_source_triggers",
     "add_url_source",
     "refresh_url_sources",
 )

@@ -171,9 +171,13 @@ def test_drop_source_removes_its_triggers(conn: psycopg.Connection[Any], shop: N
     conn.execute("SELECT kb.add_table_source('shop', 'public.products', 'id', ARRAY['body'])")
     run_worker(conn.info.dsn)
     triggers = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'public.products'::regclass"
-    assert conn.execute(triggers).fetchone() == (4,)
+    functions = "SELECT count(*) FROM pg_proc WHERE proname ~ '^_source_[0-9]+_[0-9]+_changed$'"
+    # INSERT, UPDATE, DELETE, TRUNCATE, and a row trigger on the key column.
+    assert conn.execute(triggers).fetchone() == (5,)
+    assert conn.execute(functions).fetchone() == (1,)
     assert conn.execute("SELECT kb.drop_source('shop', 'public.products')").fetchone() == (5,)
     assert conn.execute(triggers).fetchone() == (0,)
+    assert conn.execute(functions).fetchone() == (0,)
     conn.execute("DELETE FROM public.products")  # no source: nothing queued, docs stay
     assert conn.execute("SELECT count(*) FROM kb.source_change").fetchone() == (0,)
     kept = conn.execute("SELECT count(*), count(source_id) FROM kb.document").fetchone()
@@ -223,8 +227,12 @@ def test_attaching_needs_rights_and_a_good_definition(
     assert conn.execute("SELECT count(*) FROM kb.source").fetchone() == (0,)
 
 
-def test_large_statements_queue_the_same_keys(conn: psycopg.Connection[Any], shop: None) -> None:
-    """A statement of many rows takes the triggers' other path; it queues the same keys."""
+def test_large_statements_queue_every_key_and_the_worker_compares(
+    conn: psycopg.Connection[Any], provider: FakeProvider, shop: None
+) -> None:
+    """An UPDATE of more than 64 rows queues every key it touched without comparing (the
+    application's write pays no comparison); the worker finds the rows whose text changed,
+    and embeds those only. Keys changed in small and large statements move documents."""
     conn.execute("SELECT kb.add_table_source('shop', 'public.products', 'id', ARRAY['body'])")
     run_worker(conn.info.dsn)
     conn.execute(
@@ -232,14 +240,46 @@ def test_large_statements_queue_the_same_keys(conn: psycopg.Connection[Any], sho
         "SELECT i, 'n' || i, 'text ' || i FROM generate_series(100, 299) i"
     )
     assert source(conn)["changes_waiting"] == 200
-    conn.execute("UPDATE public.products SET views = 1")  # 205 rows, no column read
-    conn.execute("UPDATE public.products SET body = body || '!' WHERE id >= 150")  # 150 rows
-    conn.execute("UPDATE public.products SET id = id + 1000 WHERE id >= 200")  # 100 rows
-    conn.execute("DELETE FROM public.products WHERE id < 120 AND id >= 100")  # 20 rows
-    assert source(conn)["changes_waiting"] == 200 + 150 + 200 + 20
+    run_worker(conn.info.dsn)
+    embedded = len(provider.embedded_texts)
+
+    def queued(sql: str) -> int:
+        before = source(conn)["changes_waiting"]
+        conn.execute(sql)
+        return int(source(conn)["changes_waiting"] - before)
+
+    assert queued("UPDATE public.products SET views = 1 WHERE id < 110") == 0  # 10: compared
+    assert queued("UPDATE public.products SET views = 2") == 205  # large: every key
+    run_worker(conn.info.dsn)
+    assert len(provider.embedded_texts) == embedded  # the worker found no text changed
+    assert queued("UPDATE public.products SET body = body || '!' WHERE id >= 150") == 150
+    # Keys changed: the old key (one row trigger each) and the new one are queued.
+    assert queued("UPDATE public.products SET id = id + 1000 WHERE id >= 200") == 200
+    assert queued("UPDATE public.products SET id = -id WHERE id IN (1, 2)") == 4
+    assert queued("DELETE FROM public.products WHERE id < 120 AND id >= 100") == 20
     run_worker(conn.info.dsn)
     keys = {int(k) for k in docs(conn)}
-    assert keys == {1, 2, 3, 4, 5} | set(range(120, 200)) | set(range(1200, 1300))
+    assert keys == {-1, -2, 3, 4, 5} | set(range(120, 200)) | set(range(1200, 1300))
+    assert source(conn)["changes_waiting"] == 0
+
+
+def test_columns_without_equality_are_compared_as_text(
+    conn: psycopg.Connection[Any], shop: None
+) -> None:
+    """A json column (no equality operator) read by the source: an UPDATE compares it as
+    text, and one that leaves it as it is queues nothing."""
+    conn.execute("ALTER TABLE public.products ADD COLUMN spec json DEFAULT '{\"w\": 1}'")
+    conn.execute(
+        "SELECT kb.add_table_source('shop', 'public.products', 'id', "
+        "text_expression => 'body || '' '' || (spec->>''w'')')"
+    )
+    run_worker(conn.info.dsn)
+    assert docs(conn)["1"][1] == "ready"
+    changes = "SELECT count(*) FROM kb.source_change"
+    conn.execute("UPDATE public.products SET views = 3, spec = spec WHERE id = 1")
+    assert conn.execute(changes).fetchone() == (0,)
+    conn.execute("UPDATE public.products SET spec = '{\"w\": 2}' WHERE id = 1")
+    assert conn.execute(changes).fetchone() == (1,)
 
 
 def test_dropping_the_knowledge_base_removes_its_triggers(
