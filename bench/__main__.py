@@ -33,7 +33,7 @@ GROUPS = (
     "codegraph",
     "ingest",
     "sync",
-    "startup",
+    "connections",
     "ocr",
 )
 # Only with --only: building the 1M-chunk KB takes about an hour on 2 cores.

@@ -251,7 +251,7 @@ class Cluster:
             "unix_socket_directories": f"'{self.run_dir}'",
             "kb.python_path": f"'{self.plpython_dir}:{server_python_path()}'",
             "shared_buffers": "'256MB'",
-            "max_connections": "100",
+            "max_connections": "200",
             "logging_collector": "off",
         }
         conf.update(self.settings)

@@ -95,6 +95,7 @@ if loaded is not None and getattr(loaded, "__version__", None) != release:
                sqlstate="KB003")
 rows = plpy.execute("SELECT current_setting('kb.python_path', true) AS p, "
                     "current_setting('kb.onnx_threads', true) AS t, "
+                    "current_setting('kb.embed_service', true) AS e, "
                     "kb._server_setting('kb.python_path') AS s")
 # Code on this path runs as the server's OS user: only the server's own configuration
 # may name it, never a session, role or database setting that any user can make.
@@ -116,6 +117,8 @@ for entry in reversed([p for p in path.split(":") if p]):
             sys.path.insert(0, folder)
 if rows[0]["t"]:
     os.environ["KBPG_ONNX_THREADS"] = rows[0]["t"]
+if rows[0]["e"]:
+    os.environ["KBPG_EMBED_SERVICE"] = rows[0]["e"]
 try:
     import kbpg_db
 except ImportError as exc:

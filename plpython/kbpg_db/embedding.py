@@ -412,10 +412,20 @@ def embed(
     ``query``: the texts are questions (e5 embeds "query: " and "passage: " apart).
     """
     if cfg.embedding_model == LOCAL_MODEL:
-        # A query runs with the process's threads, whatever an indexing job here last used.
-        model = local_model(process_threads() if query else None)
-        arr = model.embed(texts, batch_size=cfg.batch_size)
-        result = Embeddings(arr.tolist(), sum(token_counts or []), 0.0, 1 if texts else 0)
+        # A query asks the server's embedding process (kbpg_db.embedservice), which holds
+        # the model once for every connection; where it cannot, and for indexing, the model
+        # runs here. A query runs with the process's threads, whatever an indexing job here
+        # last used.
+        from kbpg_db import embedservice
+
+        served = embedservice.embed_queries(texts, process_threads()) if query else None
+        if served is None:
+            served = (
+                local_model(process_threads() if query else None)
+                .embed(texts, batch_size=cfg.batch_size)
+                .tolist()
+            )
+        result = Embeddings(served, sum(token_counts or []), 0.0, 1 if texts else 0)
     elif cfg.embedding_model == MULTILINGUAL_MODEL:
         vectors: list[list[float]] = []
         if texts:

@@ -1,0 +1,136 @@
+"""The local model for queries in one process per server (kbpg_db/embedservice.py): a
+searching connection loads neither onnxruntime nor the model, its vectors are the ones the
+model gives in the backend, and search goes on where the process is off or killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from kbpg.client import Client
+from tests.helpers import run_worker
+
+LOADED = (
+    "CREATE OR REPLACE FUNCTION public.kbpg_test_loaded(m text) RETURNS boolean "
+    "LANGUAGE plpython3u AS $$ import sys; return m in sys.modules $$"
+)
+
+
+def _service_pids(data_dir: str) -> list[int]:
+    """The embedding processes serving the cluster in ``data_dir``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if b"embedservice.main()" in cmd and os.path.realpath(cwd) == os.path.realpath(data_dir):
+            pids.append(int(entry))
+    return pids
+
+
+def _query_vector(dsn: str, service: str, text: str) -> tuple[list[float], bool]:
+    """kb.embed_query in a new connection; whether that backend loaded onnxruntime."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT set_config('kb.embed_service', %s, false)", (service,))
+        vec = c.execute("SELECT kb.embed_query('svc', %s)", (text,)).fetchone()[0]
+        loaded = c.execute("SELECT public.kbpg_test_loaded('onnxruntime')").fetchone()[0]
+    return vec, loaded
+
+
+def test_queries_are_embedded_once_per_server(
+    client: Client, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    conn.execute(LOADED)
+    data_dir = conn.execute("SELECT current_setting('data_directory')").fetchone()[0]
+    client.create_knowledge_base("svc")
+    client.add_text("svc", "kettles", "A kettle boils water for tea in three minutes.")
+    client.add_text("svc", "ports", "A port number picks the socket on a host.")
+    run_worker(dsn)
+
+    served, loaded = _query_vector(dsn, "on", "how long does water take to boil")
+    assert not loaded, "a searching backend loaded onnxruntime"
+    pids = _service_pids(data_dir)
+    assert len(pids) == 1
+    sock = os.path.join(data_dir, "pg_stat_tmp")
+    assert any(n.endswith(".sock") for n in os.listdir(sock))
+    # The same vector the model gives in the backend (kb.embed_service = off).
+    own, loaded = _query_vector(dsn, "off", "how long does water take to boil")
+    assert loaded
+    assert max(abs(a - b) for a, b in zip(served, own, strict=True)) < 1e-6
+    # Many connections, one process.
+    for _ in range(3):
+        _query_vector(dsn, "on", "sockets and ports")
+    assert _service_pids(data_dir) == pids
+    with psycopg.connect(dsn, autocommit=True) as c:
+        hits = c.execute("SELECT title FROM kb.search('svc', 'boiling water for tea')").fetchall()
+        assert hits[0] == ("kettles",)
+        assert not c.execute("SELECT public.kbpg_test_loaded('onnxruntime')").fetchone()[0]
+
+    # The process killed: the next connection's search starts another one.
+    os.kill(pids[0], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _service_pids(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    again, loaded = _query_vector(dsn, "on", "how long does water take to boil")
+    assert again == served and not loaded
+    assert len(_service_pids(data_dir)) == 1
+
+
+def test_the_process_leaves_with_its_postmaster(tmp_path: Any) -> None:
+    """Started in a data directory whose postmaster then dies, the process leaves and
+    removes its socket; a client that cannot reach it gets None (and embeds itself)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "pg_stat_tmp").mkdir()
+    postmaster = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    (tmp_path / "postmaster.pid").write_text(f"{postmaster.pid}\n{tmp_path}\n")
+    client = (
+        "import os, sys, json; from kbpg_db import embedservice as s; "
+        "v = s.embed_queries(['hello world']); "
+        "print(json.dumps(None if v is None else len(v[0])))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run(
+        [sys.executable, "-c", client], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "384", out.stderr
+    socks = list((tmp_path / "pg_stat_tmp").glob("*.sock"))
+    assert len(socks) == 1
+    postmaster.kill()
+    postmaster.wait()
+    deadline = time.monotonic() + 15
+    while socks[0].exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not socks[0].exists(), (
+        (tmp_path / "pg_stat_tmp")
+        .joinpath(next(p.name for p in (tmp_path / "pg_stat_tmp").glob("*.log")))
+        .read_text()
+    )
+    # No process, no folder of its own: None at once, without waiting.
+    here = os.getcwd()
+    os.chdir(tmp_path / "pg_stat_tmp")
+    try:
+        from kbpg_db import embedservice
+
+        t0 = time.monotonic()
+        assert embedservice.embed_queries(["x"]) is None
+        assert time.monotonic() - t0 < 1
+    finally:
+        os.chdir(here)
+
+
+@pytest.fixture(autouse=True)
+def _drop_helper(conn: psycopg.Connection[Any]) -> Any:
+    yield
+    conn.execute("DROP FUNCTION IF EXISTS public.kbpg_test_loaded(text)")
