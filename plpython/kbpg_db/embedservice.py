@@ -39,6 +39,9 @@ IDLE_EXIT_S = 600.0
 START_WAIT_S = 5.0
 # After a failed start, backends embed in-process for this long before trying again.
 RETRY_AFTER_S = 60.0
+# A query's vector takes milliseconds; a process that has not answered in this long is
+# taken for stuck, and the backend embeds itself.
+REPLY_TIMEOUT_S = 30.0
 _HEADER = struct.Struct("!I")
 _MAX_MESSAGE = 64 * 1024 * 1024
 
@@ -79,13 +82,13 @@ def embed_queries(texts: list[str], threads: int = 0) -> list[list[float]] | Non
             _failed_at = time.monotonic()
             return None
         with conn:
-            conn.settimeout(60.0)
+            conn.settimeout(REPLY_TIMEOUT_S)
             _send(conn, json.dumps({"texts": texts}).encode())
             head = json.loads(_receive(conn))
             if not head.get("ok"):
                 raise OSError(head.get("error") or "the embedding process failed")
             raw = _receive(conn)
-    except (OSError, ValueError):
+    except (OSError, ValueError, subprocess.SubprocessError):
         _failed_at = time.monotonic()
         return None
     _failed_at = None

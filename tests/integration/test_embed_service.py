@@ -47,10 +47,17 @@ def _query_vector(dsn: str, service: str, text: str) -> tuple[list[float], bool]
     return vec, loaded
 
 
-def test_queries_are_embedded_once_per_server(
-    client: Client, conn: psycopg.Connection[Any], dsn: str
-) -> None:
+@pytest.fixture
+def loaded(conn: psycopg.Connection[Any]) -> Any:
+    """public.kbpg_test_loaded(module): whether the calling backend imported it."""
     conn.execute(LOADED)
+    yield
+    conn.execute("DROP FUNCTION IF EXISTS public.kbpg_test_loaded(text)")
+
+
+def test_queries_are_embedded_once_per_server(
+    client: Client, conn: psycopg.Connection[Any], dsn: str, loaded: None
+) -> None:
     data_dir = conn.execute("SELECT current_setting('data_directory')").fetchone()[0]
     client.create_knowledge_base("svc")
     client.add_text("svc", "kettles", "A kettle boils water for tea in three minutes.")
@@ -130,7 +137,28 @@ def test_the_process_leaves_with_its_postmaster(tmp_path: Any) -> None:
         os.chdir(here)
 
 
-@pytest.fixture(autouse=True)
-def _drop_helper(conn: psycopg.Connection[Any]) -> Any:
-    yield
-    conn.execute("DROP FUNCTION IF EXISTS public.kbpg_test_loaded(text)")
+def test_a_process_that_does_not_answer_is_left_for_the_backends_own_model(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket that takes the query and never answers: after the reply timeout the client
+    gives None (the backend embeds itself) and does not ask again for a while."""
+    import socket
+
+    from kbpg_db import __version__, embedservice
+
+    (tmp_path / "pg_stat_tmp").mkdir()
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.bind(str(tmp_path / "pg_stat_tmp" / f"kbpg_embed-{__version__}.sock"))
+    stuck.listen(8)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(embedservice, "REPLY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(embedservice, "_failed_at", None)
+    try:
+        t0 = time.monotonic()
+        assert embedservice.embed_queries(["hello"]) is None
+        assert 0.3 <= time.monotonic() - t0 < 5
+        t0 = time.monotonic()
+        assert embedservice.embed_queries(["hello"]) is None  # not asked again at once
+        assert time.monotonic() - t0 < 0.1
+    finally:
+        stuck.close()
