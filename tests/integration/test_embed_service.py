@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from bench.connections import service_pids
 from kbpg.client import Client
 from tests.helpers import run_worker
 
@@ -19,23 +20,6 @@ LOADED = (
     "CREATE OR REPLACE FUNCTION public.kbpg_test_loaded(m text) RETURNS boolean "
     "LANGUAGE plpython3u AS $$ import sys; return m in sys.modules $$"
 )
-
-
-def _service_pids(data_dir: str) -> list[int]:
-    """The embedding processes serving the cluster in ``data_dir``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-        except OSError:
-            continue
-        if b"embedservice.main()" in cmd and os.path.realpath(cwd) == os.path.realpath(data_dir):
-            pids.append(int(entry))
-    return pids
 
 
 def _query_vector(dsn: str, service: str, text: str) -> tuple[list[float], bool]:
@@ -66,7 +50,7 @@ def test_queries_are_embedded_once_per_server(
 
     served, loaded = _query_vector(dsn, "on", "how long does water take to boil")
     assert not loaded, "a searching backend loaded onnxruntime"
-    pids = _service_pids(data_dir)
+    pids = service_pids(data_dir)
     assert len(pids) == 1
     sock = os.path.join(data_dir, "pg_stat_tmp")
     assert any(n.endswith(".sock") for n in os.listdir(sock))
@@ -77,7 +61,7 @@ def test_queries_are_embedded_once_per_server(
     # Many connections, one process.
     for _ in range(3):
         _query_vector(dsn, "on", "sockets and ports")
-    assert _service_pids(data_dir) == pids
+    assert service_pids(data_dir) == pids
     with psycopg.connect(dsn, autocommit=True) as c:
         hits = c.execute("SELECT title FROM kb.search('svc', 'boiling water for tea')").fetchall()
         assert hits[0] == ("kettles",)
@@ -86,11 +70,11 @@ def test_queries_are_embedded_once_per_server(
     # The process killed: the next connection's search starts another one.
     os.kill(pids[0], signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while _service_pids(data_dir) and time.monotonic() < deadline:
+    while service_pids(data_dir) and time.monotonic() < deadline:
         time.sleep(0.05)
     again, loaded = _query_vector(dsn, "on", "how long does water take to boil")
     assert again == served and not loaded
-    assert len(_service_pids(data_dir)) == 1
+    assert len(service_pids(data_dir)) == 1
 
 
 def test_the_process_leaves_with_its_postmaster(tmp_path: Any) -> None:
