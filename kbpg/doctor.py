@@ -114,6 +114,7 @@ def diagnose(conn: Any) -> list[Finding]:
             conn.execute("SELECT kb.python_init()")
             conn.execute("SELECT kb.count_tokens('kbpg')")
         out.append(Finding(OK, "PL/Python", f"loads kbpg's package {installed}"))
+        out.append(_embedding_process(conn))
     except psycopg.Error as exc:
         message = " ".join((exc.diag.message_primary or str(exc)).split())
         out.append(
@@ -195,6 +196,31 @@ def diagnose(conn: Any) -> list[Finding]:
     if not (expired or failed or (queued and not workers)):
         out.append(Finding(OK, "queue", f"{queued} queued, {workers} worker connection(s)"))
     return out
+
+
+def _embedding_process(conn: Any) -> Finding:
+    """The server's embedding process for queries (docs/operations.md)."""
+    proc = _one(conn, "SELECT kb.embedding_process()")
+    if not proc["enabled"]:
+        return Finding(
+            OK,
+            "embedding process",
+            "off for this connection (kb.embed_service = off): queries load the model in "
+            "each backend",
+        )
+    if proc["running"]:
+        return Finding(
+            OK,
+            "embedding process",
+            f"running (pid {proc['pid']}, {proc['private_mb']} MB of its own): queries of "
+            "the default model are embedded there, once per server",
+        )
+    last = f"; its log's last line: {proc['last_log']}" if proc.get("last_log") else ""
+    return Finding(
+        OK,
+        "embedding process",
+        "not running: the next search of the default model starts it" + last,
+    )
 
 
 def print_findings(findings: list[Finding]) -> int:

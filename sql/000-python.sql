@@ -157,6 +157,20 @@ COMMENT ON FUNCTION kb.server_cpu_count() IS
   'The CPU cores a server process may run on: the worker sizes its connections and each '
   'one''s ONNX threads by it (the local model runs in the server, not in the worker).';
 
+CREATE OR REPLACE FUNCTION kb.embedding_process() RETURNS jsonb
+LANGUAGE plpython3u VOLATILE
+SET search_path = kb, pg_catalog, pg_temp
+AS $$
+if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
+from kbpg_db import sqlapi
+return sqlapi.embedding_process()
+$$;
+COMMENT ON FUNCTION kb.embedding_process() IS
+  'The server''s embedding process, which embeds queries of the default local model for '
+  'every connection: whether this connection uses it (setting kb.embed_service), whether '
+  'it runs, its pid, its private memory in MB, its socket and the last line of its log. '
+  'The first search of the default model starts it.';
+
 CREATE OR REPLACE FUNCTION kb._py_validate_config(kind text, config jsonb, strategy text) RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = kb, pg_catalog, pg_temp

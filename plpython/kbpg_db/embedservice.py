@@ -208,6 +208,9 @@ def main() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return  # another process serves
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")  # for status(); the lock, not the file, says it runs
+    lock.flush()
     postmaster = _postmaster_pid()
     from kbpg_db import embedding
 
@@ -276,6 +279,39 @@ def _answer(conn: socket.socket, model: Any) -> None:
             _send(conn, vectors.astype("<f4").tobytes())
         except OSError:
             pass
+
+
+def status() -> dict[str, Any]:
+    """The embedding process of this server and release, as kb.embedding_process reports
+    it: whether it runs, its pid and private memory, and the last line of its log."""
+    out: dict[str, Any] = {
+        "enabled": enabled(),
+        "running": _running(),
+        "pid": None,
+        "private_mb": None,
+        "socket": _name("sock"),
+        "last_log": None,
+    }
+    if out["running"]:
+        try:
+            with open(_name("lock")) as f:
+                pid = int(f.readline())
+            total = 0
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                        total += int(line.split()[1])
+            out["pid"], out["private_mb"] = pid, round(total / 1024, 1)
+        except (OSError, ValueError):
+            pass
+    try:
+        with open(_name("log"), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+        out["last_log"] = lines[-1] if lines else None
+    except OSError:
+        pass
+    return out
 
 
 def _postmaster_pid() -> int | None:

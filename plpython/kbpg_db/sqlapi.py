@@ -251,6 +251,12 @@ def bm25_cache_stats(plpy: Any) -> dict[str, Any]:
     return bm25.cache_stats(budget)
 
 
+def embedding_process() -> str:
+    from kbpg_db import embedservice
+
+    return json.dumps(embedservice.status())
+
+
 def rerank(plpy: Any, retrieval_config: Any, query: str, documents: list[str]) -> dict[str, Any]:
     from kbpg_db import reranking
 

@@ -52,6 +52,9 @@ def test_queries_are_embedded_once_per_server(
     assert not loaded, "a searching backend loaded onnxruntime"
     pids = service_pids(data_dir)
     assert len(pids) == 1
+    proc = conn.execute("SELECT kb.embedding_process()").fetchone()[0]
+    assert proc["running"] and proc["pid"] == pids[0] and proc["private_mb"] > 50
+    assert "serving" in proc["last_log"]
     sock = os.path.join(data_dir, "pg_stat_tmp")
     assert any(n.endswith(".sock") for n in os.listdir(sock))
     # The same vector the model gives in the backend (kb.embed_service = off).
@@ -69,9 +72,12 @@ def test_queries_are_embedded_once_per_server(
 
     # The process killed: the next connection's search starts another one.
     os.kill(pids[0], signal.SIGKILL)
+    # (Its command line goes before its files do: the lock says when it is gone.)
+    running = "SELECT kb.embedding_process()->'running'"
     deadline = time.monotonic() + 10
-    while service_pids(data_dir) and time.monotonic() < deadline:
+    while conn.execute(running).fetchone()[0] and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert not conn.execute(running).fetchone()[0] and not service_pids(data_dir)
     again, loaded = _query_vector(dsn, "on", "how long does water take to boil")
     assert again == served and not loaded
     assert len(service_pids(data_dir)) == 1
