@@ -163,7 +163,7 @@ SET search_path = kb, pg_catalog, pg_temp
 AS $$
 if GD.get("kbpg_ready") != "/*@kbpg_version*/": plpy.execute("SELECT kb.python_init()")
 from kbpg_db import sqlapi
-return sqlapi.embedding_process()
+return sqlapi.embedding_process(plpy)
 $$;
 COMMENT ON FUNCTION kb.embedding_process() IS
   'The server''s embedding process, which embeds queries of the default local model for '

@@ -251,7 +251,7 @@ def bm25_cache_stats(plpy: Any) -> dict[str, Any]:
     return bm25.cache_stats(budget)
 
 
-def embedding_process() -> str:
+def embedding_process(plpy: Any) -> str:
     from kbpg_db import embedservice
 
     return json.dumps(embedservice.status())

@@ -626,6 +626,7 @@ NO_BAD_INPUT = {
     "bm25_score": "any tsvector and query have a score",
     "bm25_search": "any query has a ranking (an unknown index or top_k 0 gives no rows)",
     "bm25_cache_stats": "no arguments (a bad kb.bm25_cache_mb: test_bm25_pruning.py)",
+    "embedding_process": "no arguments",
     "process_job": "an unknown or finished job is an outcome ('lost'), not an error",
     "fail_job": "an unknown job is an outcome ('lost'), not an error",
     "release_job": "an unknown job has nothing to release",
