@@ -184,6 +184,34 @@ def test_drop_source_removes_its_triggers(conn: psycopg.Connection[Any], shop: N
     assert kept == (5, 0)  # kept, as documents added by hand
 
 
+def test_an_install_keeps_the_triggers_and_makes_the_missing_ones(
+    conn: psycopg.Connection[Any], shop: None
+) -> None:
+    """kbpg install generates each source's trigger function again but does not drop and
+    create triggers that are there (that locks the application's table); one that is
+    missing is made."""
+    from kbpg.migrate import migrate
+
+    conn.execute("SELECT kb.add_table_source('shop', 'public.products', 'id', ARRAY['body'])")
+    run_worker(conn.info.dsn)
+    triggers = (
+        "SELECT tgname, oid FROM pg_trigger "
+        "WHERE tgrelid = 'public.products'::regclass ORDER BY tgname"
+    )
+    before = conn.execute(triggers).fetchall()
+    assert len(before) == 5
+    migrate(conn)
+    assert conn.execute(triggers).fetchall() == before
+    upd = next(name for name, _ in before if name.endswith("_upd"))
+    conn.execute(f"DROP TRIGGER {upd} ON public.products")
+    migrate(conn)
+    after = conn.execute(triggers).fetchall()
+    assert [n for n, _ in after] == [n for n, _ in before]
+    assert [o for n, o in after if n != upd] == [o for n, o in before if n != upd]
+    conn.execute("UPDATE public.products SET body = 'A louder kettle.' WHERE id = 1")
+    assert source(conn)["changes_waiting"] == 1
+
+
 def test_attaching_needs_rights_and_a_good_definition(
     conn: psycopg.Connection[Any], dsn: str, shop: None
 ) -> None:
