@@ -8,21 +8,12 @@ import statistics
 import time
 from typing import Any
 
+from kbpg_db.embedservice import private_mb
+
 from bench.common import bench_queries, build_synthetic_kb, lat, say
 from kbpg.db import scalar
 
 KB = "bench-syn2-10000"
-
-
-def private_mb(pid: int) -> float:
-    """A process's private memory (its own pages, clean and dirty; shared libraries,
-    shared buffers and pages shared with its parent left out), in MB."""
-    total = 0
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                total += int(line.split()[1])
-    return total / 1024
 
 
 def service_pids(data_dir: str) -> list[int]:

@@ -296,12 +296,7 @@ def status() -> dict[str, Any]:
         try:
             with open(_name("lock")) as f:
                 pid = int(f.readline())
-            total = 0
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                        total += int(line.split()[1])
-            out["pid"], out["private_mb"] = pid, round(total / 1024, 1)
+            out["pid"], out["private_mb"] = pid, round(private_mb(pid), 1)
         except (OSError, ValueError):
             pass
     try:
@@ -312,6 +307,17 @@ def status() -> dict[str, Any]:
     except OSError:
         pass
     return out
+
+
+def private_mb(pid: int) -> float:
+    """A process's private memory (its own pages, clean and dirty; shared libraries,
+    shared buffers and pages shared with its parent left out), in MB (Linux)."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total / 1024
 
 
 def _postmaster_pid() -> int | None:
